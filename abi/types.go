@@ -237,5 +237,9 @@ type Result struct {
 	// Err is non-empty when the module declined or failed this service port;
 	// the host then keeps the port's last good result.
 	Err string
+	// Invalid is set when Err describes output the host rejected (an index
+	// out of range, a duplicate, a weight out of range), rather than an
+	// error the module reported.
+	Invalid bool
 	Decision
 }

@@ -1,0 +1,265 @@
+package abi
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+var le = binary.LittleEndian
+
+// Encoder writes input batches. It keeps scratch space between calls so that
+// encoding a batch of the same shape again does not allocate. An Encoder is
+// not safe for concurrent use.
+type Encoder struct {
+	strings []byte
+	// last remembers the most recent string of each endpoint field, so that
+	// the node and zone names repeated by neighbouring endpoints are stored
+	// once without hashing every string.
+	last [2]struct {
+		s   string
+		ref uint64
+	}
+}
+
+// sizes of the variable parts of a batch.
+type batchSize struct {
+	endpoints, pairs, hints, indices int
+}
+
+func measure(b *Batch) (n batchSize, err error) {
+	n.pairs = len(b.Node.Labels)
+	for i := range b.Ports {
+		p := &b.Ports[i]
+		n.endpoints += len(p.Endpoints)
+		n.pairs += len(p.Annotations)
+		for j := range p.Endpoints {
+			ep := &p.Endpoints[j]
+			if len(ep.ZoneHints) > MaxHints || len(ep.NodeHints) > MaxHints {
+				return n, fmt.Errorf("port %d (%s/%s) endpoint %d: more than %d hints", i, p.Namespace, p.Name, j, MaxHints)
+			}
+			n.hints += len(ep.ZoneHints) + len(ep.NodeHints)
+		}
+	}
+	for i := range b.Decisions {
+		d := &b.Decisions[i]
+		n.indices += len(d.Eligible) + len(d.Cluster) + len(d.Local) + len(d.All)
+	}
+	return n, nil
+}
+
+// Encode appends the encoding of b to dst and returns the extended buffer.
+// len(b.Decisions) must be 0 (every decision zero, sets nil) or len(b.Ports).
+func (e *Encoder) Encode(dst []byte, b *Batch) ([]byte, error) {
+	if len(b.Decisions) != 0 && len(b.Decisions) != len(b.Ports) {
+		return dst, fmt.Errorf("batch has %d decisions for %d ports", len(b.Decisions), len(b.Ports))
+	}
+	n, err := measure(b)
+	if err != nil {
+		return dst, err
+	}
+	portsOff := HeaderSize
+	endpointsOff := portsOff + len(b.Ports)*PortSize
+	pairsOff := endpointsOff + n.endpoints*EndpointSize
+	hintsOff := pairsOff + n.pairs*PairSize
+	decisionsOff := hintsOff + n.hints*StrRefSize
+	indicesOff := decisionsOff + len(b.Ports)*DecisionSize
+	stringsOff := indicesOff + n.indices*4
+	fixed := stringsOff
+	if uint64(fixed) > 0xFFFFFFFF {
+		return dst, fmt.Errorf("batch too large: %d bytes", fixed)
+	}
+
+	start := len(dst)
+	dst = grow(dst, fixed)
+	buf := dst[start:]
+	clear(buf)
+	e.strings = e.strings[:0]
+	e.last = [2]struct {
+		s   string
+		ref uint64
+	}{}
+
+	le.PutUint32(buf[hdrMagic:], InputMagic)
+	le.PutUint16(buf[hdrVersion:], Version)
+	buf[hdrStage] = byte(b.Stage)
+	le.PutUint32(buf[hdrPortCount:], uint32(len(b.Ports)))
+	le.PutUint32(buf[hdrPortsOff:], uint32(portsOff))
+	le.PutUint32(buf[hdrEndpointCount:], uint32(n.endpoints))
+	le.PutUint32(buf[hdrEndpointsOff:], uint32(endpointsOff))
+	le.PutUint32(buf[hdrPairCount:], uint32(n.pairs))
+	le.PutUint32(buf[hdrPairsOff:], uint32(pairsOff))
+	le.PutUint32(buf[hdrHintCount:], uint32(n.hints))
+	le.PutUint32(buf[hdrHintsOff:], uint32(hintsOff))
+	le.PutUint32(buf[hdrDecisionsOff:], uint32(decisionsOff))
+	le.PutUint32(buf[hdrIndexCount:], uint32(n.indices))
+	le.PutUint32(buf[hdrIndicesOff:], uint32(indicesOff))
+	le.PutUint32(buf[hdrStringsOff:], uint32(stringsOff))
+	le.PutUint64(buf[hdrNodeName:], e.str(b.Node.Name))
+
+	pair := 0
+	putPairs := func(labels []Label) {
+		for _, l := range labels {
+			o := pairsOff + pair*PairSize
+			le.PutUint64(buf[o:], e.str(l.Key))
+			le.PutUint64(buf[o+8:], e.str(l.Value))
+			pair++
+		}
+	}
+	le.PutUint32(buf[hdrNodeLabelFirst:], 0)
+	le.PutUint32(buf[hdrNodeLabelCount:], uint32(len(b.Node.Labels)))
+	putPairs(b.Node.Labels)
+
+	ep, hint := 0, 0
+	for i := range b.Ports {
+		p := &b.Ports[i]
+		o := portsOff + i*PortSize
+		le.PutUint64(buf[o+portNamespace:], e.str(p.Namespace))
+		le.PutUint64(buf[o+portName:], e.str(p.Name))
+		le.PutUint64(buf[o+portPortName:], e.str(p.PortName))
+		buf[o+portProtocol] = byte(p.Protocol)
+		buf[o+portFlags] = portFlagsOf(p)
+		le.PutUint16(buf[o+portPort:], p.Port)
+		le.PutUint16(buf[o+portNodePort:], p.NodePort)
+		le.PutUint32(buf[o+portEndpointFirst:], uint32(ep))
+		le.PutUint32(buf[o+portEndpointCount:], uint32(len(p.Endpoints)))
+		le.PutUint32(buf[o+portAnnotationFirst:], uint32(pair))
+		le.PutUint32(buf[o+portAnnotationCount:], uint32(len(p.Annotations)))
+		putPairs(p.Annotations)
+
+		for j := range p.Endpoints {
+			x := &p.Endpoints[j]
+			eo := endpointsOff + ep*EndpointSize
+			a := x.Addr.As16() // IPv4 becomes IPv4-mapped IPv6
+			copy(buf[eo+epAddr:eo+epAddr+16], a[:])
+			le.PutUint16(buf[eo+epPort:], x.Port)
+			buf[eo+epFlags] = endpointFlagsOf(x)
+			le.PutUint64(buf[eo+epNodeName:], e.cached(0, x.NodeName))
+			le.PutUint64(buf[eo+epZone:], e.cached(1, x.Zone))
+			le.PutUint32(buf[eo+epHintFirst:], uint32(hint))
+			le.PutUint16(buf[eo+epZoneHintCount:], uint16(len(x.ZoneHints)))
+			le.PutUint16(buf[eo+epNodeHintCount:], uint16(len(x.NodeHints)))
+			for _, h := range x.ZoneHints {
+				le.PutUint64(buf[hintsOff+hint*StrRefSize:], e.cached(1, h))
+				hint++
+			}
+			for _, h := range x.NodeHints {
+				le.PutUint64(buf[hintsOff+hint*StrRefSize:], e.cached(0, h))
+				hint++
+			}
+			ep++
+		}
+	}
+
+	idx := 0
+	putSet := func(o int, s Indices) {
+		if s == nil {
+			le.PutUint32(buf[o:], 0)
+			le.PutUint32(buf[o+4:], NilCount)
+			return
+		}
+		le.PutUint32(buf[o:], uint32(idx))
+		le.PutUint32(buf[o+4:], uint32(len(s)))
+		for _, v := range s {
+			le.PutUint32(buf[indicesOff+idx*4:], v)
+			idx++
+		}
+	}
+	for i := range b.Ports {
+		o := decisionsOff + i*DecisionSize
+		var d Decision
+		if len(b.Decisions) != 0 {
+			d = b.Decisions[i]
+		}
+		buf[o+decMode] = byte(d.Mode)
+		if d.HasAnyEndpoints {
+			buf[o+decFlags] = DecisionFlagHasAnyEndpoints
+		}
+		putSet(o+decEligible, d.Eligible)
+		putSet(o+decCluster, d.Cluster)
+		putSet(o+decLocal, d.Local)
+		putSet(o+decAll, d.All)
+	}
+
+	dst = append(dst, e.strings...)
+	for (len(dst)-start)%4 != 0 {
+		dst = append(dst, 0)
+	}
+	buf = dst[start:]
+	if uint64(len(buf)) > 0xFFFFFFFF {
+		return dst[:start], fmt.Errorf("batch too large: %d bytes", len(buf))
+	}
+	le.PutUint32(buf[hdrStringsLen:], uint32(len(e.strings)))
+	le.PutUint32(buf[hdrTotalLen:], uint32(len(buf)))
+	return dst, nil
+}
+
+// str stores s in the string area and returns its reference (offset in the
+// low 32 bits, length in the high 32 bits, as laid out little-endian).
+func (e *Encoder) str(s string) uint64 {
+	if s == "" {
+		return 0
+	}
+	off := len(e.strings)
+	e.strings = append(e.strings, s...)
+	return uint64(off) | uint64(len(s))<<32
+}
+
+// cached is str with a one-entry memory per field kind.
+func (e *Encoder) cached(kind int, s string) uint64 {
+	c := &e.last[kind]
+	if s == c.s && s != "" {
+		return c.ref
+	}
+	c.s, c.ref = s, e.str(s)
+	return c.ref
+}
+
+func portFlagsOf(p *ServicePort) byte {
+	var f byte
+	if p.InternalPolicyLocal {
+		f |= PortFlagInternalPolicyLocal
+	}
+	if p.ExternalPolicyLocal {
+		f |= PortFlagExternalPolicyLocal
+	}
+	if p.ExternallyAccessible {
+		f |= PortFlagExternallyAccessible
+	}
+	if p.UsesClusterEndpoints() {
+		f |= PortFlagUsesCluster
+	}
+	if p.UsesLocalEndpoints() {
+		f |= PortFlagUsesLocal
+	}
+	if p.IPv6 {
+		f |= PortFlagIPv6
+	}
+	return f
+}
+
+func endpointFlagsOf(x *Endpoint) byte {
+	var f byte
+	if x.Ready {
+		f |= EndpointFlagReady
+	}
+	if x.Serving {
+		f |= EndpointFlagServing
+	}
+	if x.Terminating {
+		f |= EndpointFlagTerminating
+	}
+	if x.Local {
+		f |= EndpointFlagLocal
+	}
+	return f
+}
+
+// grow extends b by n bytes, reusing its capacity when it can.
+func grow(b []byte, n int) []byte {
+	if cap(b)-len(b) >= n {
+		return b[:len(b)+n]
+	}
+	nb := make([]byte, len(b)+n, 2*cap(b)+n)
+	copy(nb, b)
+	return nb
+}

@@ -1,0 +1,46 @@
+//go:build wasip1
+
+package wasp
+
+import (
+	"unsafe"
+
+	"github.com/wasp-proxy/wasp/abi"
+)
+
+// inbuf is the buffer the host writes input batches into. It only grows, so
+// linear memory stays flat once it has seen the largest batch.
+var inbuf []byte
+
+//go:wasmexport wasp_abi_v1
+func abiV1() {}
+
+//go:wasmexport wasp_buffer
+func buffer(size uint32) uint32 {
+	if uint32(cap(inbuf)) < size || cap(inbuf) == 0 {
+		inbuf = make([]byte, max(size, 64<<10))
+	}
+	return uint32(uintptr(unsafe.Pointer(unsafe.SliceData(inbuf))))
+}
+
+//go:wasmexport wasp_topology
+func topology(ptr, size uint32) uint64 { return call(abi.StageTopology, ptr, size) }
+
+//go:wasmexport wasp_traffic_policy
+func trafficPolicy(ptr, size uint32) uint64 { return call(abi.StageTrafficPolicy, ptr, size) }
+
+//go:wasmexport wasp_endpoint_selection
+func endpointSelection(ptr, size uint32) uint64 {
+	return call(abi.StageEndpointSelection, ptr, size)
+}
+
+func call(stage abi.Stage, ptr, size uint32) uint64 {
+	if cap(inbuf) == 0 || ptr != uint32(uintptr(unsafe.Pointer(unsafe.SliceData(inbuf)))) || int(size) > cap(inbuf) {
+		return 0
+	}
+	out := Run(stage, inbuf[:size])
+	if len(out) == 0 {
+		return 0
+	}
+	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(out))))<<32 | uint64(len(out))
+}
