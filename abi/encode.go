@@ -11,6 +11,8 @@ var le = binary.LittleEndian
 // encoding a batch of the same shape again does not allocate. An Encoder is
 // not safe for concurrent use.
 type Encoder struct {
+	// strings is the string area of the batch being encoded: a window of
+	// the destination buffer, sized for the worst case (no string shared).
 	strings []byte
 	// last remembers the most recent string of each endpoint field, so that
 	// the node and zone names repeated by neighbouring endpoints are stored
@@ -24,20 +26,37 @@ type Encoder struct {
 // sizes of the variable parts of a batch.
 type batchSize struct {
 	endpoints, pairs, hints, indices int
+	strings                          int // upper bound of the string area
+}
+
+func labelBytes(labels []Label) (n int) {
+	for _, l := range labels {
+		n += len(l.Key) + len(l.Value)
+	}
+	return n
 }
 
 func measure(b *Batch) (n batchSize, err error) {
 	n.pairs = len(b.Node.Labels)
+	n.strings = len(b.Node.Name) + labelBytes(b.Node.Labels)
 	for i := range b.Ports {
 		p := &b.Ports[i]
 		n.endpoints += len(p.Endpoints)
 		n.pairs += len(p.Annotations)
+		n.strings += len(p.Namespace) + len(p.Name) + len(p.PortName) + labelBytes(p.Annotations)
 		for j := range p.Endpoints {
 			ep := &p.Endpoints[j]
 			if len(ep.ZoneHints) > MaxHints || len(ep.NodeHints) > MaxHints {
 				return n, fmt.Errorf("port %d (%s/%s) endpoint %d: more than %d hints", i, p.Namespace, p.Name, j, MaxHints)
 			}
 			n.hints += len(ep.ZoneHints) + len(ep.NodeHints)
+			n.strings += len(ep.NodeName) + len(ep.Zone)
+			for _, h := range ep.ZoneHints {
+				n.strings += len(h)
+			}
+			for _, h := range ep.NodeHints {
+				n.strings += len(h)
+			}
 		}
 	}
 	for i := range b.Decisions {
@@ -65,15 +84,15 @@ func (e *Encoder) Encode(dst []byte, b *Batch) ([]byte, error) {
 	indicesOff := decisionsOff + len(b.Ports)*DecisionSize
 	stringsOff := indicesOff + n.indices*4
 	fixed := stringsOff
-	if uint64(fixed) > 0xFFFFFFFF {
-		return dst, fmt.Errorf("batch too large: %d bytes", fixed)
+	if uint64(fixed)+uint64(n.strings) > 0xFFFFFFF0 {
+		return dst, fmt.Errorf("batch too large: %d bytes", uint64(fixed)+uint64(n.strings))
 	}
 
 	start := len(dst)
-	dst = grow(dst, fixed)
+	dst = grow(dst, fixed+n.strings+3)
 	buf := dst[start:]
-	clear(buf)
-	e.strings = e.strings[:0]
+	clear(buf[:fixed]) // reserved fields and padding are zero
+	e.strings = buf[fixed:fixed]
 	e.last = [2]struct {
 		s   string
 		ref uint64
@@ -180,14 +199,12 @@ func (e *Encoder) Encode(dst []byte, b *Batch) ([]byte, error) {
 		putSet(o+decAll, d.All)
 	}
 
-	dst = append(dst, e.strings...)
-	for (len(dst)-start)%4 != 0 {
-		dst = append(dst, 0)
+	total := fixed + len(e.strings)
+	for total%4 != 0 {
+		buf[total] = 0
+		total++
 	}
-	buf = dst[start:]
-	if uint64(len(buf)) > 0xFFFFFFFF {
-		return dst[:start], fmt.Errorf("batch too large: %d bytes", len(buf))
-	}
+	dst, buf = dst[:start+total], buf[:total]
 	le.PutUint32(buf[hdrStringsLen:], uint32(len(e.strings)))
 	le.PutUint32(buf[hdrTotalLen:], uint32(len(buf)))
 	return dst, nil
@@ -200,7 +217,7 @@ func (e *Encoder) str(s string) uint64 {
 		return 0
 	}
 	off := len(e.strings)
-	e.strings = append(e.strings, s...)
+	e.strings = append(e.strings, s...) // within capacity: measured
 	return uint64(off) | uint64(len(s))<<32
 }
 

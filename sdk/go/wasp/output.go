@@ -23,8 +23,12 @@ func (s *Set) Add(i int) {
 	s.idx = append(s.idx, uint32(i))
 }
 
-// Len returns the number of indices added.
+// Len returns the number of indices added (duplicates included).
 func (s *Set) Len() int { return len(s.idx) }
+
+// Indices returns the indices added so far, in the order added. The slice
+// is valid until the next Add.
+func (s *Set) Indices() []uint32 { return s.idx }
 
 // IsNil reports whether the set is unused.
 func (s *Set) IsNil() bool { return !s.used }
@@ -69,24 +73,31 @@ type SelectionResult struct {
 	weights []abi.Weight
 }
 
-// Set gives endpoint i the weight w, replacing an earlier weight for i.
+// Set gives endpoint i the weight w. Setting the same endpoint again
+// replaces its weight.
 func (r *SelectionResult) Set(i int, w uint32) {
-	for k := range r.weights {
-		if r.weights[k].Index == uint32(i) {
-			r.weights[k].Weight = w
-			return
-		}
-	}
 	r.weights = append(r.weights, abi.Weight{Index: uint32(i), Weight: w})
 }
 
-// Len returns the number of chosen endpoints.
-func (r *SelectionResult) Len() int { return len(r.weights) }
-
+// sorted returns the weights by ascending index, the last one set winning
+// for an index set more than once.
 func (r *SelectionResult) sorted() []abi.Weight {
-	slices.SortFunc(r.weights, func(a, b abi.Weight) int { return int(a.Index) - int(b.Index) })
-	return r.weights
+	w := r.weights
+	if !slices.IsSortedFunc(w, byIndex) {
+		slices.SortStableFunc(w, byIndex)
+	}
+	out := w[:0]
+	for k := range w {
+		if k+1 < len(w) && w[k+1].Index == w[k].Index {
+			continue
+		}
+		out = append(out, w[k])
+	}
+	r.weights = out
+	return out
 }
+
+func byIndex(a, b abi.Weight) int { return int(a.Index) - int(b.Index) }
 
 // TopologyFunc implements the topology stage for one service port.
 type TopologyFunc func(node Node, sp ServicePort, out *TopologyResult) error
