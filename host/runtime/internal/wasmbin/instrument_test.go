@@ -9,15 +9,18 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 )
 
-func TestInstrumentGolden(t *testing.T) {
+// goldenCase is a hand-assembled module and its expected instrumentation.
+type goldenCase struct {
+	name     string
+	in, want []byte
+}
+
+func goldenCases() []goldenCase {
 	voidType := functype(nil, nil)
-	tests := []struct {
-		name string
-		in   []byte
-		want []byte
-	}{
+	return []goldenCase{
 		{
 			name: "no global or export section",
 			in: module(
@@ -152,6 +155,10 @@ func TestInstrumentGolden(t *testing.T) {
 			),
 		},
 	}
+}
+
+func TestInstrumentGolden(t *testing.T) {
+	tests := goldenCases()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			mustCompile(t, tt.in)
@@ -330,7 +337,13 @@ func TestInstrumentDecodesExtensions(t *testing.T) {
 	}
 }
 
+// FuzzInstrument checks that Instrument never panics, that its output
+// parses, and, differentially against wazero's validator, that it accepts
+// every module wazero accepts and keeps it valid.
 func FuzzInstrument(f *testing.F) {
+	for _, c := range goldenCases() {
+		f.Add(c.in)
+	}
 	f.Add(module(
 		sec(SectionType, vec(functype([]byte{i32}, nil))),
 		sec(SectionFunction, vec(u(0))),
@@ -351,9 +364,22 @@ func FuzzInstrument(f *testing.F) {
 		sec(SectionCode, vec(body(noLocals, 0xfd, 0x0c, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 0x1a,
 			0x1f, 0x40, 0x01, 0x02, 0x00, 0x0b, 0xfe, 0x03, 0x00, 0xfc, 0x0a, 0x00, 0x00, 0x03, 0x40, 0x0b, 0x0b))),
 	))
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter().WithCoreFeatures(allFeatures))
+	defer rt.Close(ctx)
+	valid := func(wasm []byte) error {
+		cm, err := rt.CompileModule(ctx, wasm)
+		if err == nil {
+			cm.Close(ctx)
+		}
+		return err
+	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		out, err := Instrument(in)
 		if err != nil {
+			if !errors.Is(err, ErrInstrumented) && valid(in) == nil {
+				t.Fatalf("Instrument rejected a module wazero accepts: %v", err)
+			}
 			return
 		}
 		m, err := Parse(out)
@@ -363,14 +389,25 @@ func FuzzInstrument(f *testing.F) {
 		if e, ok := m.Export(InterruptGlobal); !ok || e.Kind != KindGlobal {
 			t.Fatalf("instrumented module exports %v", m.Exports)
 		}
+		if valid(in) == nil {
+			if err := valid(out); err != nil {
+				t.Fatalf("wazero accepts the module but not its instrumentation: %v", err)
+			}
+		}
 	})
 }
+
+// allFeatures are the features wazero v1.12 validates, including its
+// experimental ones.
+const allFeatures = api.CoreFeaturesV2 | experimental.CoreFeaturesThreads |
+	experimental.CoreFeaturesTailCall | experimental.CoreFeaturesExtendedConst |
+	experimental.CoreFeaturesExceptionHandling | experimental.CoreFeaturesTypedFunctionReferences
 
 // mustCompile checks that wazero accepts wasm.
 func mustCompile(t *testing.T, wasm []byte) {
 	t.Helper()
 	ctx := context.Background()
-	rt := wazero.NewRuntime(ctx)
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCoreFeatures(allFeatures))
 	defer rt.Close(ctx)
 	if _, err := rt.CompileModule(ctx, wasm); err != nil {
 		t.Fatalf("compile: %v", err)

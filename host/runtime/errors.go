@@ -1,0 +1,72 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/wasp-proxy/wasp/abi"
+)
+
+// Reason classifies a failed module call, for metrics and logs.
+type Reason string
+
+const (
+	// ReasonTrap: the guest trapped (unreachable, out-of-bounds access, a
+	// Go panic that escaped the SDK, ...).
+	ReasonTrap Reason = "trap"
+	// ReasonTimeout: the call ran past its deadline and was interrupted.
+	ReasonTimeout Reason = "timeout"
+	// ReasonMemory: the guest ran out of its memory cap.
+	ReasonMemory Reason = "memory"
+	// ReasonExit: the guest exited (proc_exit) during the call.
+	ReasonExit Reason = "exit"
+	// ReasonNoOutput: the stage function returned no output.
+	ReasonNoOutput Reason = "no-output"
+	// ReasonInvalidOutput: the output was malformed or broke the ABI's
+	// rules.
+	ReasonInvalidOutput Reason = "invalid-output"
+	// ReasonInstantiate: a fresh instance could not be created.
+	ReasonInstantiate Reason = "instantiate"
+)
+
+// Reasons lists every Reason, for pre-registering metric series.
+var Reasons = []Reason{ReasonTrap, ReasonTimeout, ReasonMemory, ReasonExit, ReasonNoOutput, ReasonInvalidOutput, ReasonInstantiate}
+
+// CallError is a failed call into a module.
+type CallError struct {
+	Module string
+	Stage  abi.Stage
+	Reason Reason
+	// Stderr is the tail of what the guest wrote to stderr, if anything
+	// (a Go guest's panic message, for instance).
+	Stderr string
+	Err    error
+}
+
+func (e *CallError) Error() string {
+	msg := fmt.Sprintf("module %q stage %s: %s", e.Module, e.Stage, e.Reason)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	if e.Stderr != "" {
+		msg += " (stderr: " + e.Stderr + ")"
+	}
+	return msg
+}
+
+func (e *CallError) Unwrap() error { return e.Err }
+
+// ReasonOf returns the Reason of a *CallError in err's chain, or "" if
+// there is none.
+func ReasonOf(err error) Reason {
+	var ce *CallError
+	if errors.As(err, &ce) {
+		return ce.Reason
+	}
+	return ""
+}
+
+// ErrInvalidModule is wrapped by every Load error caused by the module
+// itself (as opposed to the runtime): bad binary, wrong ABI, missing
+// metadata or exports, forbidden imports, failing initialisation.
+var ErrInvalidModule = errors.New("invalid module")

@@ -1,0 +1,175 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/host/runtime/internal/wasmbin"
+)
+
+// instance is one instantiation of a module, used by one call at a time.
+type instance struct {
+	mod       api.Module
+	buffer    api.Function
+	stages    [len(abi.Stages) + 1]api.Function // by abi.Stage
+	interrupt api.MutableGlobal                 // nil with InterruptCloseOnContextDone
+	stderr    *tail
+	stack     []uint64
+	calls     int
+	limit     uint64        // memory cap in bytes
+	timeout   time.Duration // per call
+	closeOnce sync.Once
+}
+
+func (m *Module) newInstance(ctx context.Context) (*instance, error) {
+	stderr := &tail{max: 2048}
+	cfg := wazero.NewModuleConfig().
+		WithName(""). // many instances of one compiled module
+		WithStartFunctions("_initialize").
+		WithStderr(stderr).
+		WithStdout(stderr)
+	ictx, cancel := context.WithTimeout(ctx, m.limits.Timeout)
+	defer cancel()
+	mod, err := m.engine.InstantiateModule(ictx, m.compiled, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("instantiate: %w%s", err, stderr.suffix())
+	}
+	in := &instance{mod: mod, stderr: stderr, stack: make([]uint64, 2), limit: m.limits.MemoryBytes, timeout: m.limits.Timeout}
+	in.buffer = mod.ExportedFunction(abi.BufferExport)
+	for _, s := range abi.Stages {
+		in.stages[s] = mod.ExportedFunction(s.Export())
+	}
+	if g, ok := mod.ExportedGlobal(wasmbin.InterruptGlobal).(api.MutableGlobal); ok {
+		in.interrupt = g
+	}
+	return in, nil
+}
+
+// call writes input into the guest, runs the stage and copies the output.
+func (in *instance) call(ctx context.Context, stage abi.Stage, input, dst []byte) ([]byte, *CallError) {
+	in.calls++
+	fail := func(r Reason, err error) ([]byte, *CallError) {
+		return dst, &CallError{Stage: stage, Reason: r, Err: err, Stderr: in.stderr.String()}
+	}
+	fn := in.stages[stage]
+	if fn == nil {
+		return fail(ReasonNoOutput, fmt.Errorf("no export %s", stage.Export()))
+	}
+	cctx, cancel := context.WithTimeout(ctx, in.timeout)
+	defer cancel()
+	var fired atomic.Bool
+	if in.interrupt != nil {
+		stop := context.AfterFunc(cctx, func() {
+			fired.Store(true)
+			in.interrupt.Set(1)
+		})
+		defer stop()
+	}
+	classify := func(err error) ([]byte, *CallError) {
+		var exit *sys.ExitError
+		switch {
+		case fired.Load() || errors.Is(cctx.Err(), context.DeadlineExceeded) && isInterrupted(err):
+			return fail(ReasonTimeout, fmt.Errorf("deadline exceeded: %w", context.DeadlineExceeded))
+		case ctx.Err() != nil && isInterrupted(err):
+			return fail(ReasonTimeout, ctx.Err())
+		case in.outOfMemory():
+			return fail(ReasonMemory, fmt.Errorf("linear memory at its cap of %d MiB: %w", in.limit>>20, err))
+		case errors.As(err, &exit):
+			return fail(ReasonExit, err)
+		}
+		return fail(ReasonTrap, err)
+	}
+
+	in.stack = in.stack[:2]
+	in.stack[0] = uint64(len(input))
+	if err := in.buffer.CallWithStack(cctx, in.stack); err != nil {
+		return classify(err)
+	}
+	ptr := uint32(in.stack[0])
+	if ptr == 0 || !in.mod.Memory().Write(ptr, input) {
+		if in.outOfMemory() {
+			return fail(ReasonMemory, fmt.Errorf("no room for a %d-byte input under the %d MiB cap", len(input), in.limit>>20))
+		}
+		return fail(ReasonTrap, fmt.Errorf("%s returned an unusable buffer for %d bytes", abi.BufferExport, len(input)))
+	}
+	in.stack[0], in.stack[1] = uint64(ptr), uint64(len(input))
+	if err := fn.CallWithStack(cctx, in.stack); err != nil {
+		return classify(err)
+	}
+	if fired.Load() {
+		// The deadline passed just as the call returned; the instance's
+		// interrupt flag is set, so it cannot be reused. Keep the result.
+		in.calls = 1 << 30
+	}
+	res := in.stack[0]
+	optr, olen := uint32(res>>32), uint32(res)
+	if olen == 0 {
+		return fail(ReasonNoOutput, errors.New("the stage returned no output (malformed batch or unregistered stage)"))
+	}
+	view, ok := in.mod.Memory().Read(optr, olen)
+	if !ok {
+		return fail(ReasonInvalidOutput, fmt.Errorf("output [%d,+%d) outside linear memory", optr, olen))
+	}
+	return append(dst, view...), nil
+}
+
+// outOfMemory reports whether linear memory has reached its cap (within a
+// page of slack a failed grow leaves).
+func (in *instance) outOfMemory() bool {
+	size := uint64(in.mod.Memory().Size())
+	return size+pageSize*16 >= in.limit || strings.Contains(in.stderr.String(), "out of memory")
+}
+
+// isInterrupted reports whether err is how an interrupted call ends: a
+// trap on the injected unreachable, or wazero's own close on deadline.
+func isInterrupted(err error) bool {
+	var exit *sys.ExitError
+	if errors.As(err, &exit) && (exit.ExitCode() == sys.ExitCodeDeadlineExceeded || exit.ExitCode() == sys.ExitCodeContextCanceled) {
+		return true
+	}
+	return strings.Contains(err.Error(), "unreachable")
+}
+
+func (in *instance) close() {
+	in.closeOnce.Do(func() { _ = in.mod.Close(context.Background()) })
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.buf))
+}
+
+func (t *tail) suffix() string {
+	if s := t.String(); s != "" {
+		return " (stderr: " + s + ")"
+	}
+	return ""
+}

@@ -1,0 +1,303 @@
+package runtime
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/abi/metadata"
+	"github.com/wasp-proxy/wasp/host/runtime/internal/wasmbin"
+)
+
+// Limits bound what one module may use. Zero fields take the defaults.
+type Limits struct {
+	// MemoryBytes caps each instance's linear memory. Default 256 MiB.
+	MemoryBytes uint64
+	// Timeout bounds one stage call. Default 2 s.
+	Timeout time.Duration
+	// Instances is the size of the instance pool. Default GOMAXPROCS.
+	Instances int
+	// RecycleAfterCalls replaces an instance after this many calls.
+	// Default 10,000.
+	RecycleAfterCalls int
+	// RecycleAboveBytes replaces an instance whose linear memory has grown
+	// past this size after a call. Default 3/4 of MemoryBytes.
+	RecycleAboveBytes uint64
+}
+
+// Defaults for Limits.
+const (
+	DefaultMemoryBytes       = 256 << 20
+	DefaultTimeout           = 2 * time.Second
+	DefaultRecycleAfterCalls = 10000
+	pageSize                 = 65536
+)
+
+func (l Limits) withDefaults() Limits {
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = DefaultMemoryBytes
+	}
+	if l.Timeout == 0 {
+		l.Timeout = DefaultTimeout
+	}
+	if l.Instances <= 0 {
+		l.Instances = runtime.GOMAXPROCS(0)
+	}
+	if l.RecycleAfterCalls <= 0 {
+		l.RecycleAfterCalls = DefaultRecycleAfterCalls
+	}
+	if l.RecycleAboveBytes == 0 {
+		l.RecycleAboveBytes = l.MemoryBytes / 4 * 3
+	}
+	return l
+}
+
+// Module is a loaded, validated module with its instance pool. It is safe
+// for concurrent use: each call takes an instance of its own.
+type Module struct {
+	// Name is the name the module was loaded under (for logs and metrics).
+	Name string
+	// Digest is "sha256:<hex>" of the module binary as given to Load.
+	Digest string
+	// Metadata is what the module declares about itself.
+	Metadata *metadata.Metadata
+
+	rt       *Runtime
+	engine   wazero.Runtime
+	compiled wazero.CompiledModule
+	limits   Limits
+
+	tokens chan struct{} // one per instance the pool may hold
+	mu     sync.Mutex
+	idle   []*instance
+	closed bool
+
+	calls, recycled atomic.Uint64
+}
+
+// Load validates wasm and prepares it to run under name. It checks, before
+// instantiating anything: the binary's structure, the ABI marker export,
+// the metadata section, the exports each declared stage needs, and that the
+// only imports are WASI's. It then compiles the module and creates one
+// instance, which runs the module's initialisation.
+func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Limits) (*Module, error) {
+	limits = limits.withDefaults()
+	sum := sha256.Sum256(wasm)
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	meta, err := Inspect(wasm)
+	if err != nil {
+		return nil, fmt.Errorf("module %q: %w", name, err)
+	}
+	bin := wasm
+	if r.cfg.Interrupt == InterruptInstrument {
+		if bin, err = wasmbin.Instrument(wasm); err != nil {
+			return nil, fmt.Errorf("module %q: %w: instrument: %w", name, ErrInvalidModule, err)
+		}
+	}
+	pages := uint32(min(limits.MemoryBytes/pageSize, 65536))
+	engine, compiled, err := r.compile(ctx, pages, digest, bin)
+	if err != nil {
+		return nil, fmt.Errorf("module %q: %w", name, err)
+	}
+	if err := checkSignatures(compiled, meta); err != nil {
+		return nil, fmt.Errorf("module %q: %w: %w", name, ErrInvalidModule, err)
+	}
+	m := &Module{
+		Name: name, Digest: digest, Metadata: meta,
+		rt: r, engine: engine, compiled: compiled, limits: limits,
+		tokens: make(chan struct{}, limits.Instances),
+	}
+	for range limits.Instances {
+		m.tokens <- struct{}{}
+	}
+	in, err := m.newInstance(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("module %q: %w: %w", name, ErrInvalidModule, err)
+	}
+	m.idle = append(m.idle, in)
+	return m, nil
+}
+
+// Inspect checks a module binary's structure, ABI marker, metadata, stage
+// exports and imports without compiling it, and returns its metadata.
+func Inspect(wasm []byte) (*metadata.Metadata, error) {
+	mod, err := wasmbin.Parse(wasm)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidModule, err)
+	}
+	if _, ok := mod.Export(abi.MarkerExport); !ok {
+		for _, e := range mod.Exports {
+			if strings.HasPrefix(e.Name, "wasp_abi_v") {
+				return nil, fmt.Errorf("%w: module speaks ABI %s; this host speaks only v%d (export %s)", ErrInvalidModule, strings.TrimPrefix(e.Name, "wasp_abi_"), abi.Version, abi.MarkerExport)
+			}
+		}
+		return nil, fmt.Errorf("%w: no %s export: not a wasp ABI v%d module", ErrInvalidModule, abi.MarkerExport, abi.Version)
+	}
+	payload, ok := mod.CustomSection(abi.MetadataSection)
+	if !ok {
+		return nil, fmt.Errorf("%w: no %q custom section (build modules with `make modules` or add the metadata with `wasp module annotate`)", ErrInvalidModule, abi.MetadataSection)
+	}
+	meta, err := metadata.Parse(payload)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidModule, err)
+	}
+	need := []string{abi.BufferExport, "memory"}
+	for _, s := range abi.Stages {
+		if meta.Implements(s) {
+			need = append(need, s.Export())
+		}
+	}
+	for _, name := range need {
+		if _, ok := mod.Export(name); !ok {
+			return nil, fmt.Errorf("%w: missing export %q", ErrInvalidModule, name)
+		}
+	}
+	for _, imp := range mod.Imports {
+		if imp.Module != "wasi_snapshot_preview1" {
+			return nil, fmt.Errorf("%w: imports %s.%s; wasp provides only wasi_snapshot_preview1", ErrInvalidModule, imp.Module, imp.Name)
+		}
+	}
+	return meta, nil
+}
+
+func checkSignatures(c wazero.CompiledModule, meta *metadata.Metadata) error {
+	fns := c.ExportedFunctions()
+	check := func(name string, params, results []api.ValueType) error {
+		f, ok := fns[name]
+		if !ok {
+			return fmt.Errorf("export %q is not a function", name)
+		}
+		if !equalTypes(f.ParamTypes(), params) || !equalTypes(f.ResultTypes(), results) {
+			return fmt.Errorf("export %q has signature %v -> %v, want %v -> %v", name, f.ParamTypes(), f.ResultTypes(), params, results)
+		}
+		return nil
+	}
+	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
+	if err := check(abi.BufferExport, []api.ValueType{i32}, []api.ValueType{i32}); err != nil {
+		return err
+	}
+	for _, s := range abi.Stages {
+		if meta.Implements(s) {
+			if err := check(s.Export(), []api.ValueType{i32, i32}, []api.ValueType{i64}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func equalTypes(a, b []api.ValueType) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Call runs stage over an encoded input batch and appends the raw output
+// to dst. The output is copied out of the guest, so it stays valid after
+// the instance is reused. Errors are *CallError.
+func (m *Module) Call(ctx context.Context, stage abi.Stage, input, dst []byte) ([]byte, error) {
+	if !m.Metadata.Implements(stage) {
+		return dst, &CallError{Module: m.Name, Stage: stage, Reason: ReasonNoOutput, Err: fmt.Errorf("module does not implement stage %s", stage)}
+	}
+	in, err := m.acquire(ctx)
+	if err != nil {
+		return dst, &CallError{Module: m.Name, Stage: stage, Reason: ReasonInstantiate, Err: err}
+	}
+	m.calls.Add(1)
+	out, cerr := in.call(ctx, stage, input, dst)
+	m.release(in, cerr != nil)
+	if cerr != nil {
+		cerr.Module = m.Name
+		return dst, cerr
+	}
+	return out, nil
+}
+
+// Instances returns the size of the instance pool: how many calls can run
+// at once.
+func (m *Module) Instances() int { return m.limits.Instances }
+
+// Stats are counters of a module's lifetime.
+type Stats struct {
+	Calls    uint64 // calls started
+	Recycled uint64 // instances replaced after a failure or by the recycle limits
+}
+
+// Stats returns the module's counters.
+func (m *Module) Stats() Stats {
+	return Stats{Calls: m.calls.Load(), Recycled: m.recycled.Load()}
+}
+
+// acquire takes an idle instance or creates one, waiting while the pool is
+// at its limit.
+func (m *Module) acquire(ctx context.Context) (*instance, error) {
+	select {
+	case <-m.tokens:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.tokens <- struct{}{}
+		return nil, fmt.Errorf("module closed")
+	}
+	if n := len(m.idle); n > 0 {
+		in := m.idle[n-1]
+		m.idle = m.idle[:n-1]
+		m.mu.Unlock()
+		return in, nil
+	}
+	m.mu.Unlock()
+	in, err := m.newInstance(ctx)
+	if err != nil {
+		m.tokens <- struct{}{}
+		return nil, err
+	}
+	return in, nil
+}
+
+// release returns an instance to the pool, or discards it after a failure
+// or when it reached a recycle limit.
+func (m *Module) release(in *instance, failed bool) {
+	discard := failed || in.calls >= m.limits.RecycleAfterCalls ||
+		uint64(in.mod.Memory().Size()) > m.limits.RecycleAboveBytes
+	m.mu.Lock()
+	if discard || m.closed {
+		m.mu.Unlock()
+		m.recycled.Add(1)
+		in.close()
+	} else {
+		m.idle = append(m.idle, in)
+		m.mu.Unlock()
+	}
+	m.tokens <- struct{}{}
+}
+
+// Close discards every instance. Calls in flight finish first.
+func (m *Module) Close() {
+	m.mu.Lock()
+	m.closed = true
+	idle := m.idle
+	m.idle = nil
+	m.mu.Unlock()
+	for _, in := range idle {
+		in.close()
+	}
+}

@@ -1,0 +1,126 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+)
+
+// Interrupt selects how a call past its deadline is stopped.
+type Interrupt int
+
+const (
+	// InterruptInstrument (the default) rewrites the module so that every
+	// loop checks an interrupt flag the host sets at the deadline.
+	InterruptInstrument Interrupt = iota
+	// InterruptCloseOnContextDone uses wazero's WithCloseOnContextDone,
+	// which checks in Go at every loop back-edge. Slower; kept for
+	// comparison and as a fallback for modules the instrumenter refuses.
+	InterruptCloseOnContextDone
+)
+
+// Config configures a Runtime.
+type Config struct {
+	// CacheDir, if set, keeps compiled machine code on disk across
+	// restarts, keyed by module content. Optional.
+	CacheDir string
+	// Interrupt selects the deadline mechanism. Optional.
+	Interrupt Interrupt
+}
+
+// Runtime compiles and runs modules. It is safe for concurrent use.
+type Runtime struct {
+	cfg   Config
+	cache wazero.CompilationCache
+
+	mu sync.Mutex
+	// engines holds one wazero runtime per memory cap, since wazero sets
+	// the cap per runtime. They share the compilation cache.
+	engines map[uint32]wazero.Runtime
+	// compiled memoises compiled modules by engine and digest.
+	compiled map[compiledKey]wazero.CompiledModule
+	closed   bool
+}
+
+type compiledKey struct {
+	pages  uint32
+	digest string
+}
+
+// New returns a Runtime. Close releases it.
+func New(cfg Config) (*Runtime, error) {
+	r := &Runtime{cfg: cfg, engines: map[uint32]wazero.Runtime{}, compiled: map[compiledKey]wazero.CompiledModule{}}
+	if cfg.CacheDir != "" {
+		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("compilation cache %q: %w", cfg.CacheDir, err)
+		}
+		r.cache = c
+	} else {
+		r.cache = wazero.NewCompilationCache()
+	}
+	return r, nil
+}
+
+// engine returns the wazero runtime for a memory cap of pages 64 KiB pages.
+func (r *Runtime) engine(ctx context.Context, pages uint32) (wazero.Runtime, error) {
+	if r.closed {
+		return nil, errors.New("runtime closed")
+	}
+	if e, ok := r.engines[pages]; ok {
+		return e, nil
+	}
+	cfg := wazero.NewRuntimeConfig().
+		WithCompilationCache(r.cache).
+		WithMemoryLimitPages(pages).
+		WithCloseOnContextDone(r.cfg.Interrupt == InterruptCloseOnContextDone)
+	e := wazero.NewRuntimeWithConfig(ctx, cfg)
+	// WASI with wazero's defaults: no preopened directories, no environment,
+	// no arguments, a fake clock and deterministic random bytes. Go guests
+	// need it to start; nothing in it reaches the node.
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, e); err != nil {
+		_ = e.Close(ctx)
+		return nil, fmt.Errorf("instantiate WASI: %w", err)
+	}
+	r.engines[pages] = e
+	return e, nil
+}
+
+// compile returns the compiled form of the (already validated and, if
+// configured, instrumented) binary.
+func (r *Runtime) compile(ctx context.Context, pages uint32, digest string, bin []byte) (wazero.Runtime, wazero.CompiledModule, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, err := r.engine(ctx, pages)
+	if err != nil {
+		return nil, nil, err
+	}
+	key := compiledKey{pages, digest}
+	if c, ok := r.compiled[key]; ok {
+		return e, c, nil
+	}
+	c, err := e.CompileModule(ctx, bin)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: compile: %w", ErrInvalidModule, err)
+	}
+	r.compiled[key] = c
+	return e, c, nil
+}
+
+// Close releases every engine and compiled module. Modules loaded from the
+// runtime must not be used afterwards.
+func (r *Runtime) Close(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	var errs []error
+	for _, e := range r.engines {
+		errs = append(errs, e.Close(ctx))
+	}
+	errs = append(errs, r.cache.Close(ctx))
+	return errors.Join(errs...)
+}
