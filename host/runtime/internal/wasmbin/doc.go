@@ -33,7 +33,9 @@
 // WebAssembly function targets a loop, so no loop can run unchecked; code
 // without loops runs to completion in bounded time, and calls into host
 // functions are the host's to bound. The cost is a global load and a
-// not-taken branch per iteration.
+// not-taken branch per iteration: BenchmarkGuestLoop measures it against
+// both alternatives in one run (on a tight Go loop: instrumented within
+// noise of uninstrumented, WithCloseOnContextDone about 24× slower).
 //
 // The rewrite decodes every instruction, so that the immediates of one are
 // never mistaken for another's opcode. It knows the core specification 2.0

@@ -168,6 +168,13 @@ func TestInstrumentGuestResults(t *testing.T) {
 					t.Errorf("%s%v = %v instrumented, %v originally", tt.fn, args, got, want)
 				}
 			}
+			// Every call runs a loop, so once the global is set the
+			// instrumented guest traps.
+			b.ExportedGlobal(InterruptGlobal).(api.MutableGlobal).Set(1)
+			args := tt.calls[len(tt.calls)-1]
+			if _, err := b.ExportedFunction(tt.fn).Call(ctx, args...); err == nil || !strings.Contains(err.Error(), "wasm error: unreachable") {
+				t.Errorf("%s%v after interrupt: err = %v, want an unreachable trap", tt.fn, args, err)
+			}
 		})
 	}
 }
@@ -289,5 +296,16 @@ func BenchmarkGuestLoop(b *testing.B) {
 			b.ReportMetric(float64(tb)/float64(ta), "b/a")
 			b.ReportMetric(float64(tc)/float64(ta), "c/a")
 		})
+	}
+}
+
+// BenchmarkInstrument measures instrumenting the largest Go test guest.
+func BenchmarkInstrument(b *testing.B) {
+	wasm := goGuest(b, "opcodes")
+	b.SetBytes(int64(len(wasm)))
+	for b.Loop() {
+		if _, err := Instrument(wasm); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -242,8 +242,21 @@ func readSection(b []byte, off int) (Section, error) {
 	return s, nil
 }
 
+// SectionError reports a malformed section.
+type SectionError struct {
+	ID     SectionID
+	Offset int   // offset of the section's ID byte in the module
+	Err    error // what is wrong, with the offset where it was found
+}
+
+func (e *SectionError) Error() string {
+	return fmt.Sprintf("wasm: section %d (%s) at offset %d: %v", byte(e.ID), e.ID, e.Offset, e.Err)
+}
+
+func (e *SectionError) Unwrap() error { return e.Err }
+
 func (s Section) errorf(format string, args ...any) error {
-	return fmt.Errorf("wasm: section %d (%s) at offset %d: %w", byte(s.ID), s.ID, s.Offset, fmt.Errorf(format, args...))
+	return &SectionError{ID: s.ID, Offset: s.Offset, Err: fmt.Errorf(format, args...)}
 }
 
 // payloadReader returns a reader over the payload of a non-custom section.
