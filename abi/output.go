@@ -209,12 +209,14 @@ func DecodeOutput(out []byte, b *Batch, results []Result) ([]Result, error) {
 				w, _ := r.u32()
 				weights = append(weights, Weight{Index: idx, Weight: w})
 			}
-			res.Weights = weights[start:len(weights):len(weights)]
+			if n > 0 {
+				res.Weights = weights[start:len(weights):len(weights)]
+			}
 		default:
 			return nil, fmt.Errorf("%w: unknown stage %d", ErrMalformedOutput, b.Stage)
 		}
 		if res.Err == "" {
-			checkRecord(res, nep)
+			checkRecord(res, nep, b.Stage)
 		}
 	}
 	if r.off != len(out) {
@@ -231,7 +233,7 @@ func invalid(res *Result, format string, args ...any) {
 }
 
 // checkRecord applies the per-record rules that need the whole record.
-func checkRecord(res *Result, nep uint32) {
+func checkRecord(res *Result, nep uint32, stage Stage) {
 	for _, s := range []struct {
 		name string
 		set  Indices
@@ -241,7 +243,7 @@ func checkRecord(res *Result, nep uint32) {
 			return
 		}
 	}
-	if res.Weights == nil {
+	if stage != StageEndpointSelection {
 		return
 	}
 	var prev int64 = -1

@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/wasp-proxy/wasp/abi"
 )
@@ -37,8 +38,8 @@ type CallError struct {
 	Module string
 	Stage  abi.Stage
 	Reason Reason
-	// Stderr is the tail of what the guest wrote to stderr, if anything
-	// (a Go guest's panic message, for instance).
+	// Stderr is the first line the guest wrote to stderr, if any (a Go
+	// guest's "fatal error: ..." or panic message, for instance).
 	Stderr string
 	Err    error
 }
@@ -46,7 +47,10 @@ type CallError struct {
 func (e *CallError) Error() string {
 	msg := fmt.Sprintf("module %q stage %s: %s", e.Module, e.Stage, e.Reason)
 	if e.Err != nil {
-		msg += ": " + e.Err.Error()
+		// wazero appends a multi-line Wasm stack trace; the first line says
+		// what happened.
+		first, _, _ := strings.Cut(e.Err.Error(), "\n")
+		msg += ": " + first
 	}
 	if e.Stderr != "" {
 		msg += " (stderr: " + e.Stderr + ")"

@@ -23,7 +23,7 @@ type instance struct {
 	buffer    api.Function
 	stages    [len(abi.Stages) + 1]api.Function // by abi.Stage
 	interrupt api.MutableGlobal                 // nil with InterruptCloseOnContextDone
-	stderr    *tail
+	stderr    *head
 	stack     []uint64
 	calls     int
 	limit     uint64        // memory cap in bytes
@@ -32,7 +32,7 @@ type instance struct {
 }
 
 func (m *Module) newInstance(ctx context.Context) (*instance, error) {
-	stderr := &tail{max: 2048}
+	stderr := &head{max: 4096}
 	cfg := wazero.NewModuleConfig().
 		WithName(""). // many instances of one compiled module
 		WithStartFunctions("_initialize").
@@ -78,12 +78,14 @@ func (in *instance) call(ctx context.Context, stage abi.Stage, input, dst []byte
 	classify := func(err error) ([]byte, *CallError) {
 		var exit *sys.ExitError
 		switch {
+		case in.outOfMemory():
+			// Checked first: a guest near its cap often spends its last
+			// moments collecting garbage until the deadline stops it.
+			return fail(ReasonMemory, fmt.Errorf("linear memory at its cap of %d MiB: %w", in.limit>>20, err))
 		case fired.Load() || errors.Is(cctx.Err(), context.DeadlineExceeded) && isInterrupted(err):
 			return fail(ReasonTimeout, fmt.Errorf("deadline exceeded: %w", context.DeadlineExceeded))
 		case ctx.Err() != nil && isInterrupted(err):
 			return fail(ReasonTimeout, ctx.Err())
-		case in.outOfMemory():
-			return fail(ReasonMemory, fmt.Errorf("linear memory at its cap of %d MiB: %w", in.limit>>20, err))
 		case errors.As(err, &exit):
 			return fail(ReasonExit, err)
 		}
@@ -144,31 +146,37 @@ func (in *instance) close() {
 	in.closeOnce.Do(func() { _ = in.mod.Close(context.Background()) })
 }
 
-// tail keeps the last max bytes written to it.
-type tail struct {
+// head keeps the first max bytes written to it: a Go guest's fatal error
+// or panic message comes first, its goroutine dump after.
+type head struct {
 	mu  sync.Mutex
 	max int
 	buf []byte
 }
 
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > t.max {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+func (h *head) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if room := h.max - len(h.buf); room > 0 {
+		h.buf = append(h.buf, p[:min(room, len(p))]...)
 	}
 	return len(p), nil
 }
 
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(string(t.buf))
+// String returns the first non-empty line written.
+func (h *head) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, line := range strings.Split(string(h.buf), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			return line
+		}
+	}
+	return ""
 }
 
-func (t *tail) suffix() string {
-	if s := t.String(); s != "" {
+func (h *head) suffix() string {
+	if s := h.String(); s != "" {
 		return " (stderr: " + s + ")"
 	}
 	return ""

@@ -143,6 +143,11 @@ func Inspect(wasm []byte) (*metadata.Metadata, error) {
 		}
 		return nil, fmt.Errorf("%w: no %s export: not a wasp ABI v%d module", ErrInvalidModule, abi.MarkerExport, abi.Version)
 	}
+	for _, imp := range mod.Imports {
+		if imp.Module != "wasi_snapshot_preview1" {
+			return nil, fmt.Errorf("%w: imports %s.%s; wasp provides only wasi_snapshot_preview1", ErrInvalidModule, imp.Module, imp.Name)
+		}
+	}
 	payload, ok := mod.CustomSection(abi.MetadataSection)
 	if !ok {
 		return nil, fmt.Errorf("%w: no %q custom section (build modules with `make modules` or add the metadata with `wasp module annotate`)", ErrInvalidModule, abi.MetadataSection)
@@ -160,11 +165,6 @@ func Inspect(wasm []byte) (*metadata.Metadata, error) {
 	for _, name := range need {
 		if _, ok := mod.Export(name); !ok {
 			return nil, fmt.Errorf("%w: missing export %q", ErrInvalidModule, name)
-		}
-	}
-	for _, imp := range mod.Imports {
-		if imp.Module != "wasi_snapshot_preview1" {
-			return nil, fmt.Errorf("%w: imports %s.%s; wasp provides only wasi_snapshot_preview1", ErrInvalidModule, imp.Module, imp.Name)
 		}
 	}
 	return meta, nil

@@ -28,6 +28,9 @@ func trafficPolicy(_ wasp.Node, sp wasp.ServicePort, out *wasp.PolicyResult) err
 		return nil
 	}
 	if sp.UsesClusterEndpoints() {
+		// Used but possibly empty: upstream's cluster set is [] rather than
+		// nil when no endpoint qualifies.
+		out.Cluster.Use()
 		eligible := sp.Decision().Eligible()
 		for k := range eligible.Len() {
 			if i := eligible.At(k); sp.Endpoint(i).Ready() {
