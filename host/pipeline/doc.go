@@ -1,0 +1,17 @@
+// Package pipeline runs the per-service-port stages — topology,
+// traffic-policy, endpoint-selection — over a set of service ports and
+// returns each port's final decision.
+//
+// Each stage is one call per batch into its module (a Wasm module from
+// host/runtime, or the native reference implementation), not one call per
+// service: a full recompute is split across the module's instance pool and
+// the chunks run in parallel; an incremental change is one short call.
+//
+// Failures are contained to the service ports they concern. A port the
+// module declines, or whose record is invalid, fails alone. A call that
+// fails as a whole (trap, timeout, memory cap, malformed output) is retried
+// in halves, on fresh instances, until the ports that cause it are isolated,
+// within a time budget; the others get their results. A failed port keeps
+// its last good decision, or, if it never had one, gets the native
+// reference decision, so a broken module never blackholes a Service.
+package pipeline

@@ -1,0 +1,281 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/host/reference"
+	"github.com/wasp-proxy/wasp/host/runtime"
+)
+
+// Module is what the pipeline needs of a stage's module; *runtime.Module
+// implements it.
+type Module interface {
+	// Call runs stage over an encoded batch and appends the raw output to
+	// dst.
+	Call(ctx context.Context, stage abi.Stage, input, dst []byte) ([]byte, error)
+	// Instances is how many calls may run at once.
+	Instances() int
+}
+
+var _ Module = (*runtime.Module)(nil)
+
+// Source says where a port's final decision came from.
+type Source uint8
+
+const (
+	// SourceModules: every stage's module produced it.
+	SourceModules Source = iota
+	// SourceLastGood: a stage failed; the port kept its last good decision.
+	SourceLastGood
+	// SourceBuiltin: a stage failed and the port had no last good
+	// decision, so the native reference semantics decided.
+	SourceBuiltin
+)
+
+func (s Source) String() string {
+	return [...]string{"modules", "last-good", "builtin"}[s]
+}
+
+// Port is one service port to evaluate.
+type Port struct {
+	// Key identifies the port across syncs, for its last good decision.
+	Key string
+	abi.ServicePort
+}
+
+// Result is a port's final decision.
+type Result struct {
+	abi.Decision
+	// Endpoints are the endpoints the Decision's indices refer to. For a
+	// last good decision these are the endpoints of that time.
+	Endpoints []abi.Endpoint
+	Source    Source
+	// Err is the failure that made Source not SourceModules.
+	Err error
+}
+
+// Options configure a Pipeline.
+type Options struct {
+	// Modules holds the module of each stage, indexed by abi.Stage. A nil
+	// entry runs the native reference implementation. Optional.
+	Modules [len(abi.Stages) + 1]Module
+	// MinChunk is the fewest ports worth a call of their own when a batch
+	// is split across instances. Optional; default 512.
+	MinChunk int
+	// BisectBudget bounds the time spent isolating the ports that make a
+	// call fail. Optional; default 10 s.
+	BisectBudget time.Duration
+	// Observer is told about every module call. Optional.
+	Observer Observer
+}
+
+// Observer receives per-call events, for metrics.
+type Observer interface {
+	// Call reports one module call: its stage, how many ports it carried,
+	// how long it took, and its error (nil on success).
+	Call(stage abi.Stage, ports int, d time.Duration, err error)
+	// PortFailed reports a port whose stage failed, and the fallback used.
+	PortFailed(stage abi.Stage, key string, src Source, err error)
+}
+
+// Pipeline evaluates service ports. Run must not be called concurrently.
+type Pipeline struct {
+	opts     Options
+	lastGood map[string]Result
+
+	workers []worker
+}
+
+// worker holds per-goroutine scratch buffers.
+type worker struct {
+	enc     abi.Encoder
+	in, out []byte
+	res     []abi.Result
+}
+
+// New returns a Pipeline.
+func New(opts Options) *Pipeline {
+	if opts.MinChunk <= 0 {
+		opts.MinChunk = 512
+	}
+	if opts.BisectBudget <= 0 {
+		opts.BisectBudget = 10 * time.Second
+	}
+	n := 1
+	for _, m := range opts.Modules {
+		if m != nil {
+			n = max(n, m.Instances())
+		}
+	}
+	return &Pipeline{opts: opts, lastGood: map[string]Result{}, workers: make([]worker, n)}
+}
+
+// Forget drops the last good decision of ports that no longer exist.
+func (p *Pipeline) Forget(key string) { delete(p.lastGood, key) }
+
+// Run evaluates ports for node and returns one Result per port, in order.
+func (p *Pipeline) Run(ctx context.Context, node abi.Node, ports []Port) []Result {
+	n := len(ports)
+	results := make([]Result, n)
+	decisions := make([]abi.Decision, n)
+	failed := make([]bool, n)
+	sps := make([]abi.ServicePort, n)
+	for i := range ports {
+		sps[i] = ports[i].ServicePort
+	}
+
+	for _, stage := range abi.Stages {
+		// Ports that failed an earlier stage are settled; run the rest.
+		live := make([]int, 0, n)
+		for i := range n {
+			if !failed[i] {
+				live = append(live, i)
+			}
+		}
+		if len(live) == 0 {
+			break
+		}
+		errs := p.runStage(ctx, stage, node, sps, live, decisions)
+		for k, err := range errs {
+			if err == nil {
+				continue
+			}
+			i := live[k]
+			failed[i] = true
+			results[i] = p.fallback(node, ports[i], err)
+			if o := p.opts.Observer; o != nil {
+				o.PortFailed(stage, ports[i].Key, results[i].Source, err)
+			}
+		}
+	}
+	for i := range n {
+		if failed[i] {
+			continue
+		}
+		results[i] = Result{Decision: decisions[i], Endpoints: ports[i].Endpoints, Source: SourceModules}
+		p.lastGood[ports[i].Key] = results[i]
+	}
+	return results
+}
+
+// fallback decides for a port whose stage failed.
+func (p *Pipeline) fallback(node abi.Node, port Port, err error) Result {
+	if last, ok := p.lastGood[port.Key]; ok {
+		last.Source, last.Err = SourceLastGood, err
+		return last
+	}
+	return Result{
+		Decision:  reference.Categorize(&node, &port.ServicePort),
+		Endpoints: port.Endpoints,
+		Source:    SourceBuiltin,
+		Err:       err,
+	}
+}
+
+// runStage runs stage for the ports sps[live[k]], updating decisions in
+// place, and returns a per-live-port error (nil on success).
+func (p *Pipeline) runStage(ctx context.Context, stage abi.Stage, node abi.Node, sps []abi.ServicePort, live []int, decisions []abi.Decision) []error {
+	errs := make([]error, len(live))
+	mod := p.opts.Modules[stage]
+	if mod == nil {
+		for _, i := range live {
+			decisions[i] = native(stage, &node, &sps[i], decisions[i])
+		}
+		return errs
+	}
+	chunks := max(1, min(mod.Instances(), len(live)/p.opts.MinChunk))
+	size := (len(live) + chunks - 1) / chunks
+	deadline := time.Now().Add(p.opts.BisectBudget)
+	var wg sync.WaitGroup
+	for c := range chunks {
+		lo, hi := c*size, min((c+1)*size, len(live))
+		if lo >= hi {
+			break
+		}
+		wg.Add(1)
+		go func(w *worker) {
+			defer wg.Done()
+			p.call(ctx, w, mod, stage, node, sps, live[lo:hi], decisions, errs[lo:hi], deadline)
+		}(&p.workers[c%len(p.workers)])
+	}
+	wg.Wait()
+	return errs
+}
+
+// call runs one batch; when the whole call fails it bisects.
+func (p *Pipeline) call(ctx context.Context, w *worker, mod Module, stage abi.Stage, node abi.Node,
+	sps []abi.ServicePort, idx []int, decisions []abi.Decision, errs []error, deadline time.Time) {
+	b := abi.Batch{Stage: stage, Node: node, Ports: make([]abi.ServicePort, len(idx)), Decisions: make([]abi.Decision, len(idx))}
+	for k, i := range idx {
+		b.Ports[k], b.Decisions[k] = sps[i], decisions[i]
+	}
+	var err error
+	start := time.Now()
+	w.in, err = w.enc.Encode(w.in[:0], &b)
+	if err == nil {
+		w.out, err = mod.Call(ctx, stage, w.in, w.out[:0])
+	}
+	if err == nil {
+		w.res, err = abi.DecodeOutput(w.out, &b, w.res)
+		if err != nil {
+			err = &runtime.CallError{Stage: stage, Reason: runtime.ReasonInvalidOutput, Err: err}
+		}
+	}
+	if o := p.opts.Observer; o != nil {
+		o.Call(stage, len(idx), time.Since(start), err)
+	}
+	if err == nil {
+		for k, i := range idx {
+			r := &w.res[k]
+			if r.Err != "" {
+				kind := "module error"
+				if r.Invalid {
+					kind = "invalid output"
+				}
+				errs[k] = &runtime.CallError{Stage: stage, Reason: reasonOf(r), Err: fmt.Errorf("%s: %s", kind, r.Err)}
+				continue
+			}
+			// DecodeOutput gives each call fresh index arrays, so the
+			// decision can be kept as it is.
+			decisions[i] = r.Decision
+		}
+		return
+	}
+	if len(idx) == 1 || time.Now().After(deadline) || ctx.Err() != nil {
+		if len(idx) > 1 {
+			klog.FromContext(ctx).Info("Module call failed; bisect budget spent, failing the whole chunk",
+				"stage", stage.String(), "ports", len(idx), "err", err)
+		}
+		for k := range errs {
+			errs[k] = err
+		}
+		return
+	}
+	half := len(idx) / 2
+	p.call(ctx, w, mod, stage, node, sps, idx[:half], decisions, errs[:half], deadline)
+	p.call(ctx, w, mod, stage, node, sps, idx[half:], decisions, errs[half:], deadline)
+}
+
+func reasonOf(r *abi.Result) runtime.Reason {
+	if r.Invalid {
+		return runtime.ReasonInvalidOutput
+	}
+	return "module-error"
+}
+
+func native(stage abi.Stage, node *abi.Node, sp *abi.ServicePort, prev abi.Decision) abi.Decision {
+	switch stage {
+	case abi.StageTopology:
+		return reference.Topology(node, sp)
+	case abi.StageTrafficPolicy:
+		return reference.TrafficPolicy(node, sp, prev)
+	default:
+		return reference.EndpointSelection(node, sp, prev)
+	}
+}

@@ -1,0 +1,214 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/host/pipeline"
+	"github.com/wasp-proxy/wasp/host/reference"
+	"github.com/wasp-proxy/wasp/host/reference/referencetest"
+	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/internal/modbuild"
+	"github.com/wasp-proxy/wasp/modules"
+)
+
+// defaults loads the embedded default modules into a pipeline.
+func defaults(t testing.TB, cfg runtime.Config, limits runtime.Limits) (*pipeline.Pipeline, [4]*runtime.Module) {
+	t.Helper()
+	rt, err := runtime.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	var opts pipeline.Options
+	var mods [4]*runtime.Module
+	for _, b := range modules.Builtins {
+		wasm, err := modules.Wasm(b.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := rt.Load(context.Background(), "builtin:"+b.Name, wasm, limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Modules[b.Stage], mods[b.Stage] = m, m
+	}
+	return pipeline.New(opts), mods
+}
+
+func ports(sps []abi.ServicePort) []pipeline.Port {
+	out := make([]pipeline.Port, len(sps))
+	for i, sp := range sps {
+		out[i] = pipeline.Port{Key: fmt.Sprintf("%s/%s:%s#%d", sp.Namespace, sp.Name, sp.PortName, i), ServicePort: sp}
+	}
+	return out
+}
+
+// checkAgainstReference compares every result with the native reference.
+func checkAgainstReference(t *testing.T, node abi.Node, sps []abi.ServicePort, got []pipeline.Result) {
+	t.Helper()
+	for i := range sps {
+		want := reference.Categorize(&node, &sps[i])
+		if got[i].Source != pipeline.SourceModules {
+			t.Fatalf("port %d: source %s: %v", i, got[i].Source, got[i].Err)
+		}
+		if !reflect.DeepEqual(got[i].Decision, want) {
+			t.Fatalf("port %d (%+v):\nwasm:      %+v\nreference: %+v", i, sps[i], got[i].Decision, want)
+		}
+	}
+}
+
+// TestDefaultModulesMatchReference runs the Wasm default chain and the
+// native reference over a realistic batch and requires identical
+// decisions, nil versus empty included.
+func TestDefaultModulesMatchReference(t *testing.T) {
+	p, _ := defaults(t, runtime.Config{}, runtime.Limits{})
+	node, sps := referencetest.Batch(1, 3000, 10)
+	checkAgainstReference(t, node, sps, p.Run(context.Background(), node, ports(sps)))
+}
+
+// randomPorts builds adversarial service ports: every condition
+// combination, partial and empty hints, "" zones, all policies.
+func randomPorts(r *rand.Rand, n int) (abi.Node, []abi.ServicePort) {
+	zones := []string{"", "zone-a", "zone-b"}
+	nodes := []string{"", "node-a", "node-b"}
+	node := abi.Node{Name: nodes[1+r.IntN(2)]}
+	if z := zones[r.IntN(3)]; r.IntN(4) != 0 {
+		node.Labels = []abi.Label{{Key: abi.LabelTopologyZone, Value: z}}
+	}
+	var sps []abi.ServicePort
+	for p := range n {
+		sp := abi.ServicePort{
+			Namespace: "ns", Name: fmt.Sprint("svc-", p), Protocol: abi.ProtocolTCP, Port: 80,
+			InternalPolicyLocal: r.IntN(3) == 0, ExternalPolicyLocal: r.IntN(3) == 0, ExternallyAccessible: r.IntN(2) == 0,
+		}
+		for e := range r.IntN(7) {
+			ep := abi.Endpoint{
+				Addr: netip.AddrFrom4([4]byte{10, 0, byte(p), byte(e + 1)}), Port: 8080,
+				Ready: r.IntN(2) == 0, Serving: r.IntN(2) == 0, Terminating: r.IntN(2) == 0,
+				NodeName: nodes[r.IntN(3)],
+			}
+			ep.Local = ep.NodeName == node.Name && node.Name != ""
+			for range r.IntN(3) {
+				ep.ZoneHints = append(ep.ZoneHints, zones[r.IntN(3)])
+			}
+			for range r.IntN(2) {
+				ep.NodeHints = append(ep.NodeHints, nodes[r.IntN(3)])
+			}
+			sp.Endpoints = append(sp.Endpoints, ep)
+		}
+		sps = append(sps, sp)
+	}
+	return node, sps
+}
+
+// FuzzChain is the differential fuzz test: the Wasm default chain equals
+// the native reference on random service ports. Under plain go test it
+// runs its seeds; the loop in TestChainRandom covers many more.
+func FuzzChain(f *testing.F) {
+	p, _ := defaults(f, runtime.Config{}, runtime.Limits{})
+	for s := range uint64(8) {
+		f.Add(s, uint8(20))
+	}
+	f.Fuzz(func(t *testing.T, seed uint64, n uint8) {
+		node, sps := randomPorts(rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), int(n))
+		checkAgainstReference(t, node, sps, p.Run(context.Background(), node, ports(sps)))
+	})
+}
+
+func TestChainRandom(t *testing.T) {
+	p, _ := defaults(t, runtime.Config{}, runtime.Limits{})
+	for seed := range uint64(200) {
+		node, sps := randomPorts(rand.New(rand.NewPCG(seed, 7)), 100)
+		checkAgainstReference(t, node, sps, p.Run(context.Background(), node, ports(sps)))
+	}
+}
+
+var (
+	misbehaveOnce sync.Once
+	misbehaveWasm []byte
+	misbehaveErr  error
+)
+
+func misbehave(t testing.TB) []byte {
+	t.Helper()
+	misbehaveOnce.Do(func() {
+		misbehaveWasm, misbehaveErr = modbuild.Build(context.Background(), "../runtime/testdata/modules/misbehave")
+	})
+	if misbehaveErr != nil {
+		t.Fatal(misbehaveErr)
+	}
+	return misbehaveWasm
+}
+
+// TestContainment puts misbehaving ports among good ones and checks that
+// only they fall back, first to the builtin semantics, then to their last
+// good decision.
+func TestContainment(t *testing.T) {
+	rt, err := runtime.New(runtime.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	m, err := rt.Load(context.Background(), "misbehave", misbehave(t), runtime.Limits{Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := abi.Node{Name: "node-a"}
+	mk := func(behaviour map[int]string) []pipeline.Port {
+		var out []pipeline.Port
+		for i := range 40 {
+			sp := abi.ServicePort{Namespace: "ns", Name: fmt.Sprint("svc-", i), Protocol: abi.ProtocolUDP, Port: 53}
+			if b, ok := behaviour[i]; ok {
+				sp.Annotations = []abi.Label{{Key: "wasp.test/behaviour", Value: b}}
+			}
+			sp.Endpoints = []abi.Endpoint{{Addr: netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), Port: 53, Ready: true, Serving: true}}
+			out = append(out, pipeline.Port{Key: sp.Name, ServicePort: sp})
+		}
+		return out
+	}
+	for _, stage := range abi.Stages {
+		t.Run(stage.String(), func(t *testing.T) {
+			var opts pipeline.Options
+			opts.Modules[stage] = m
+			p := pipeline.New(opts)
+			bad := map[int]string{3: "trap", 17: "spin", 25: "panic", 31: "badindex", 38: "exit"}
+			if stage == abi.StageTrafficPolicy {
+				bad[31] = "error" // badindex is not wired for this stage
+			}
+			for round, wantFallback := range []pipeline.Source{pipeline.SourceBuiltin, pipeline.SourceLastGood} {
+				if round == 1 {
+					// Give the bad ports a good run first, so they have a
+					// last good decision, then misbehave again.
+					for i, r := range p.Run(context.Background(), node, mk(nil)) {
+						if r.Source != pipeline.SourceModules {
+							t.Fatalf("port %d: %s: %v", i, r.Source, r.Err)
+						}
+					}
+				}
+				res := p.Run(context.Background(), node, mk(bad))
+				for i, r := range res {
+					_, isBad := bad[i]
+					switch {
+					case isBad && r.Source != wantFallback:
+						t.Errorf("round %d port %d (%s): source %s, want %s", round, i, bad[i], r.Source, wantFallback)
+					case isBad && r.Err == nil:
+						t.Errorf("round %d port %d: no error recorded", round, i)
+					case !isBad && r.Source != pipeline.SourceModules:
+						t.Errorf("round %d port %d: good port affected: %s: %v", round, i, r.Source, r.Err)
+					}
+					if len(r.Cluster) != 1 {
+						t.Errorf("round %d port %d: cluster %v: every port must keep its endpoint", round, i, r.Cluster)
+					}
+				}
+			}
+		})
+	}
+}
