@@ -82,7 +82,7 @@ type Module struct {
 	idle   []*instance
 	closed bool
 
-	calls, recycled atomic.Uint64
+	calls, recycled, maxMemory atomic.Uint64
 }
 
 // Load validates wasm and prepares it to run under name. It checks, before
@@ -92,8 +92,7 @@ type Module struct {
 // instance, which runs the module's initialisation.
 func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Limits) (*Module, error) {
 	limits = limits.withDefaults()
-	sum := sha256.Sum256(wasm)
-	digest := "sha256:" + hex.EncodeToString(sum[:])
+	digest := Digest(wasm)
 	meta, err := Inspect(wasm)
 	if err != nil {
 		return nil, fmt.Errorf("module %q: %w", name, err)
@@ -128,6 +127,12 @@ func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Lim
 	return m, nil
 }
 
+// Digest returns "sha256:<hex>" of a module binary.
+func Digest(wasm []byte) string {
+	sum := sha256.Sum256(wasm)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
 // Inspect checks a module binary's structure, ABI marker, metadata, stage
 // exports and imports without compiling it, and returns its metadata.
 func Inspect(wasm []byte) (*metadata.Metadata, error) {
@@ -150,7 +155,7 @@ func Inspect(wasm []byte) (*metadata.Metadata, error) {
 	}
 	payload, ok := mod.CustomSection(abi.MetadataSection)
 	if !ok {
-		return nil, fmt.Errorf("%w: no %q custom section (build modules with `make modules` or add the metadata with `wasp module annotate`)", ErrInvalidModule, abi.MetadataSection)
+		return nil, fmt.Errorf("%w: no %q custom section (build modules with `make modules` or `wasp module build`)", ErrInvalidModule, abi.MetadataSection)
 	}
 	meta, err := metadata.Parse(payload)
 	if err != nil {
@@ -237,11 +242,14 @@ func (m *Module) Instances() int { return m.limits.Instances }
 type Stats struct {
 	Calls    uint64 // calls started
 	Recycled uint64 // instances replaced after a failure or by the recycle limits
+	// MaxMemoryBytes is the largest linear memory any instance had after a
+	// call.
+	MaxMemoryBytes uint64
 }
 
 // Stats returns the module's counters.
 func (m *Module) Stats() Stats {
-	return Stats{Calls: m.calls.Load(), Recycled: m.recycled.Load()}
+	return Stats{Calls: m.calls.Load(), Recycled: m.recycled.Load(), MaxMemoryBytes: m.maxMemory.Load()}
 }
 
 // acquire takes an idle instance or creates one, waiting while the pool is
@@ -276,8 +284,14 @@ func (m *Module) acquire(ctx context.Context) (*instance, error) {
 // release returns an instance to the pool, or discards it after a failure
 // or when it reached a recycle limit.
 func (m *Module) release(in *instance, failed bool) {
-	discard := failed || in.calls >= m.limits.RecycleAfterCalls ||
-		uint64(in.mod.Memory().Size()) > m.limits.RecycleAboveBytes
+	size := uint64(in.mod.Memory().Size())
+	for {
+		old := m.maxMemory.Load()
+		if size <= old || m.maxMemory.CompareAndSwap(old, size) {
+			break
+		}
+	}
+	discard := failed || in.calls >= m.limits.RecycleAfterCalls || size > m.limits.RecycleAboveBytes
 	m.mu.Lock()
 	if discard || m.closed {
 		m.mu.Unlock()
