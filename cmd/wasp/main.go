@@ -1,0 +1,57 @@
+// Command wasp is the WebAssembly Service Proxy: a kube-proxy replacement
+// whose Service semantics run as sandboxed WebAssembly modules.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCommand().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "wasp:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "wasp",
+		Short: "WebAssembly Service Proxy: a kube-proxy replacement with Service semantics in Wasm modules",
+		Long: `wasp proxies Kubernetes Services on a node, like kube-proxy. The meaning of a
+Service on the node (topology, traffic policy, endpoint selection) is computed
+by versioned, sandboxed WebAssembly modules; the defaults reproduce upstream
+kube-proxy exactly.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("v"))
+	root.AddCommand(newExplainCommand(), newModuleCommand(), newVersionCommand())
+	return root
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the wasp version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), version)
+			return err
+		},
+	}
+}
