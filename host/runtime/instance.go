@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -22,7 +21,7 @@ type instance struct {
 	mod       api.Module
 	buffer    api.Function
 	stages    [len(abi.Stages) + 1]api.Function // by abi.Stage
-	interrupt api.MutableGlobal                 // nil with InterruptCloseOnContextDone
+	budget    api.MutableGlobal                 // nil with InterruptCloseOnContextDone
 	stderr    *head
 	stack     []uint64
 	calls     int
@@ -49,8 +48,8 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	for _, s := range abi.Stages {
 		in.stages[s] = mod.ExportedFunction(s.Export())
 	}
-	if g, ok := mod.ExportedGlobal(wasmbin.InterruptGlobal).(api.MutableGlobal); ok {
-		in.interrupt = g
+	if g, ok := mod.ExportedGlobal(wasmbin.BudgetGlobal).(api.MutableGlobal); ok {
+		in.budget = g
 	}
 	return in, nil
 }
@@ -67,25 +66,28 @@ func (in *instance) call(ctx context.Context, stage abi.Stage, input, dst []byte
 	}
 	cctx, cancel := context.WithTimeout(ctx, in.timeout)
 	defer cancel()
-	var fired atomic.Bool
-	if in.interrupt != nil {
-		stop := context.AfterFunc(cctx, func() {
-			fired.Store(true)
-			in.interrupt.Set(1)
-		})
-		defer stop()
+	if in.budget != nil {
+		st := &callState{budget: in.budget}
+		cctx = context.WithValue(cctx, callStateKey{}, st)
+		stop := context.AfterFunc(cctx, st.interrupt)
+		defer func() {
+			stop()
+			st.end()
+		}()
 	}
 	classify := func(err error) ([]byte, *CallError) {
 		var exit *sys.ExitError
+		interrupted := in.isInterrupted(err)
 		switch {
 		case in.outOfMemory():
 			// Checked first: a guest near its cap often spends its last
 			// moments collecting garbage until the deadline stops it.
 			return fail(ReasonMemory, fmt.Errorf("linear memory at its cap of %d MiB: %w", in.limit>>20, err))
-		case fired.Load() || errors.Is(cctx.Err(), context.DeadlineExceeded) && isInterrupted(err):
-			return fail(ReasonTimeout, fmt.Errorf("deadline exceeded: %w", context.DeadlineExceeded))
-		case ctx.Err() != nil && isInterrupted(err):
+		case interrupted && ctx.Err() != nil:
+			// The caller's context ended, not the call's own deadline.
 			return fail(ReasonTimeout, ctx.Err())
+		case interrupted:
+			return fail(ReasonTimeout, fmt.Errorf("deadline exceeded: %w", context.DeadlineExceeded))
 		case errors.As(err, &exit):
 			return fail(ReasonExit, err)
 		}
@@ -108,11 +110,6 @@ func (in *instance) call(ctx context.Context, stage abi.Stage, input, dst []byte
 	if err := fn.CallWithStack(cctx, in.stack); err != nil {
 		return classify(err)
 	}
-	if fired.Load() {
-		// The deadline passed just as the call returned; the instance's
-		// interrupt flag is set, so it cannot be reused. Keep the result.
-		in.calls = 1 << 30
-	}
 	res := in.stack[0]
 	optr, olen := uint32(res>>32), uint32(res)
 	if olen == 0 {
@@ -133,13 +130,79 @@ func (in *instance) outOfMemory() bool {
 }
 
 // isInterrupted reports whether err is how an interrupted call ends: a
-// trap on the injected unreachable, or wazero's own close on deadline.
-func isInterrupted(err error) bool {
-	var exit *sys.ExitError
-	if errors.As(err, &exit) && (exit.ExitCode() == sys.ExitCodeDeadlineExceeded || exit.ExitCode() == sys.ExitCodeContextCanceled) {
-		return true
+// panic of yield, or wazero's own close on deadline.
+func (in *instance) isInterrupted(err error) bool {
+	if in.budget != nil {
+		return errors.Is(err, errInterrupted)
 	}
-	return strings.Contains(err.Error(), "unreachable")
+	var exit *sys.ExitError
+	return errors.As(err, &exit) && (exit.ExitCode() == sys.ExitCodeDeadlineExceeded || exit.ExitCode() == sys.ExitCodeContextCanceled)
+}
+
+// yieldInterval is how many loop iterations an instrumented guest runs
+// between two calls to yield. A yield costs about as much as a few hundred
+// iterations of a tight loop, so this keeps its cost within noise
+// (BenchmarkGuestLoop in package wasmbin), while a spinning guest still
+// comes back into Go every few tens of microseconds, so a garbage
+// collection waiting to stop the world is never held up for long.
+const yieldInterval = 1 << 16
+
+// errInterrupted is the panic of yield in a call whose context is done.
+// wazero recovers it and returns it wrapped from the call.
+var errInterrupted = errors.New("guest interrupted at a loop iteration")
+
+// callState is what yield and the deadline watchdog of one call share.
+type callState struct {
+	mu     sync.Mutex // serialises writes to budget
+	budget api.MutableGlobal
+	ended  bool // the call returned, and the instance may serve another
+}
+
+type callStateKey struct{}
+
+// interrupt runs when the call's context is done: it empties the budget,
+// so that the guest yields at its next loop iteration instead of finishing
+// its current allowance. The guest's own decrement may overwrite the zero;
+// it then yields when the allowance runs out, at most yieldInterval
+// iterations later.
+func (st *callState) interrupt() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.ended {
+		st.budget.Set(0)
+	}
+}
+
+// end stops a late interrupt from touching the instance.
+func (st *callState) end() {
+	st.mu.Lock()
+	st.ended = true
+	st.mu.Unlock()
+}
+
+// yield is the function instrumented guests import (see package wasmbin):
+// they call it each time their budget of loop iterations runs out. wazero
+// passes it the context of the call. If that context is done, yield fails
+// the call; otherwise it grants the guest yieldInterval more iterations.
+// Either way the guest's goroutine is back in Go code, where the Go
+// scheduler can preempt it: without that, a garbage collection starting
+// while a guest spins waits forever to stop the world, and the timer that
+// would end the call never runs.
+func yield(ctx context.Context, mod api.Module, _ []uint64) {
+	if ctx.Err() != nil {
+		panic(fmt.Errorf("%w: %w", errInterrupted, context.Cause(ctx)))
+	}
+	if st, ok := ctx.Value(callStateKey{}).(*callState); ok {
+		st.mu.Lock()
+		st.budget.Set(yieldInterval)
+		st.mu.Unlock()
+		return
+	}
+	// Instantiation, which runs the module's start functions, has no
+	// watchdog and no state.
+	if g, ok := mod.ExportedGlobal(wasmbin.BudgetGlobal).(api.MutableGlobal); ok {
+		g.Set(yieldInterval)
+	}
 }
 
 func (in *instance) close() {

@@ -7,7 +7,10 @@ import (
 	"sync"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/wasp-proxy/wasp/host/runtime/internal/wasmbin"
 )
 
 // Interrupt selects how a call past its deadline is stopped.
@@ -15,7 +18,8 @@ type Interrupt int
 
 const (
 	// InterruptInstrument (the default) rewrites the module so that every
-	// loop checks an interrupt flag the host sets at the deadline.
+	// loop counts down a budget and, when it runs out, calls back into the
+	// host, which stops the call if its deadline has passed.
 	InterruptInstrument Interrupt = iota
 	// InterruptCloseOnContextDone uses wazero's WithCloseOnContextDone,
 	// which checks in Go at every loop back-edge. Slower; kept for
@@ -85,6 +89,17 @@ func (r *Runtime) engine(ctx context.Context, pages uint32) (wazero.Runtime, err
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, e); err != nil {
 		_ = e.Close(ctx)
 		return nil, fmt.Errorf("instantiate WASI: %w", err)
+	}
+	// The yield function instrumented modules import. Modules may not
+	// import it themselves: Inspect allows only WASI imports, and runs on
+	// the binary before it is instrumented.
+	_, err := e.NewHostModuleBuilder(wasmbin.YieldModule).NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(yield), nil, nil).
+		Export(wasmbin.YieldFunc).
+		Instantiate(ctx)
+	if err != nil {
+		_ = e.Close(ctx)
+		return nil, fmt.Errorf("instantiate %s: %w", wasmbin.YieldModule, err)
 	}
 	r.engines[pages] = e
 	return e, nil

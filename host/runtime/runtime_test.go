@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"os/exec"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -155,6 +156,77 @@ func TestContainment(t *testing.T) {
 	}
 }
 
+// TestSpinUnderGC: a guest spinning in machine code cannot be preempted, so
+// a garbage collection waits for it to come back into Go before it can stop
+// the world, and meanwhile the timer that ends the call cannot run. The
+// instrumented guest yields to the host regularly; without that, this test
+// hangs.
+func TestSpinUnderGC(t *testing.T) {
+	r := newRuntime(t, runtime.Config{})
+	m, err := r.Load(context.Background(), "misbehave", testModule(t, "misbehave"), runtime.Limits{Timeout: 200 * time.Millisecond, Instances: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	gcDone := make(chan struct{})
+	go func() {
+		defer close(gcDone)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				goruntime.GC()
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-gcDone
+	}()
+	for _, stage := range abi.Stages {
+		done := make(chan error, 1)
+		go func() {
+			_, err := call(t, m, batch(stage, "", "spin"))
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			var ce *runtime.CallError
+			if !errors.As(err, &ce) || ce.Reason != runtime.ReasonTimeout {
+				t.Fatalf("stage %s: got %v, want a CallError with reason %s", stage, err, runtime.ReasonTimeout)
+			}
+		case <-time.After(30 * time.Second): // failure guard only
+			t.Fatalf("stage %s: spinning call still running after 30s of forced collections", stage)
+		}
+	}
+}
+
+// TestCallCancelled: cancelling the caller's context stops a spinning guest
+// with the context's error.
+func TestCallCancelled(t *testing.T) {
+	r := newRuntime(t, runtime.Config{})
+	m, err := r.Load(context.Background(), "misbehave", testModule(t, "misbehave"), runtime.Limits{Timeout: time.Minute, Instances: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var enc abi.Encoder
+	in, err := enc.Encode(nil, batch(abi.StageTopology, "spin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err = m.Call(ctx, abi.StageTopology, in, nil)
+	var ce *runtime.CallError
+	if !errors.As(err, &ce) || ce.Reason != runtime.ReasonTimeout || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want a CallError with reason %s wrapping %v", err, runtime.ReasonTimeout, context.DeadlineExceeded)
+	}
+	if _, err := call(t, m, batch(abi.StageTopology, "")); err != nil {
+		t.Fatalf("module unusable after a cancelled call: %v", err)
+	}
+}
+
 // TestPortFailures: a panic, an error or an invalid record fails only its
 // own port, with the call itself succeeding.
 func TestPortFailures(t *testing.T) {
@@ -220,6 +292,8 @@ func TestInspectRejects(t *testing.T) {
 		{"future abi", moduleWith(t, nil, []string{"wasp_abi_v2"}), "speaks ABI v2"},
 		{"no metadata", moduleWith(t, nil, []string{"wasp_abi_v1"}), `no "wasp.metadata" custom section`},
 		{"forbidden import", moduleWith(t, []string{"env"}, []string{"wasp_abi_v1"}), "imports env.f"},
+		// Only the instrumenter adds imports from wasp, after Inspect.
+		{"imports from wasp", moduleWith(t, []string{"wasp"}, []string{"wasp_abi_v1"}), "imports wasp.f"},
 		{"truncated", good[:len(good)/2], "invalid module"},
 	}
 	for _, tc := range tests {

@@ -49,16 +49,39 @@ func body(locals []byte, code ...byte) []byte {
 // noLocals is an empty local declaration vector.
 var noLocals = vec()
 
-// checkOf is the code Instrument inserts into loops for the global g.
-func checkOf(g byte) []byte { return []byte{0x23, g, 0x04, 0x40, 0x00, 0x0b} }
+// s encodes v as signed LEB128.
+func s(v int) []byte {
+	var b []byte
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if v == 0 && c&0x40 == 0 || v == -1 && c&0x40 != 0 {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
 
-// interruptExport is the export entry Instrument adds for global g.
-func interruptExport(g byte) []byte { return cat(str(InterruptGlobal), []byte{0x03, g}) }
+// checkOf is the code Instrument inserts into loops for the budget global
+// g and the yield function y.
+func checkOf(g, y byte) []byte {
+	return []byte{
+		0x23, g, 0x41, 0x01, 0x6b, 0x24, g, // budget--
+		0x23, g, 0x41, 0x00, 0x48, 0x04, 0x40, 0x10, y, 0x0b, // if budget < 0 { yield() }
+	}
+}
 
-// interruptGlobal is the global entry Instrument adds.
-var interruptGlobal = []byte{0x7f, 0x01, 0x41, 0x00, 0x0b}
+// budgetExport is the export entry Instrument adds for global g.
+func budgetExport(g byte) []byte { return cat(str(BudgetGlobal), []byte{0x03, g}) }
+
+// budgetGlobal is the global entry Instrument adds.
+var budgetGlobal = []byte{0x7f, 0x01, 0x41, 0x00, 0x0b}
+
+// yieldImport is the import entry Instrument adds, of type t.
+func yieldImport(t byte) []byte { return cat(str(YieldModule), str(YieldFunc), []byte{0x00, t}) }
 
 const (
-	i32 = 0x7f
-	i64 = 0x7e
+	i32     = 0x7f
+	i64     = 0x7e
+	funcref = 0x70
 )

@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,8 +86,8 @@ func buildGuest(tb testing.TB, key string, command func(out string) *exec.Cmd) [
 	return wasm
 }
 
-// mustInstrument instruments wasm and checks the result parses and exports
-// the interrupt global.
+// mustInstrument instruments wasm and checks the result parses, exports the
+// budget global and imports the yield function.
 func mustInstrument(tb testing.TB, wasm []byte) []byte {
 	tb.Helper()
 	out, err := Instrument(wasm)
@@ -96,8 +98,11 @@ func mustInstrument(tb testing.TB, wasm []byte) []byte {
 	if err != nil {
 		tb.Fatalf("Parse(Instrument()): %v", err)
 	}
-	if e, ok := m.Export(InterruptGlobal); !ok || e.Kind != KindGlobal {
-		tb.Fatalf("instrumented module does not export global %q", InterruptGlobal)
+	if e, ok := m.Export(BudgetGlobal); !ok || e.Kind != KindGlobal {
+		tb.Fatalf("instrumented module does not export global %q", BudgetGlobal)
+	}
+	if imp := m.Imports[len(m.Imports)-1]; imp != (Import{YieldModule, YieldFunc, KindFunc}) {
+		tb.Fatalf("instrumented module's last import is %v", imp)
 	}
 	return out
 }
@@ -121,13 +126,37 @@ func instantiate(tb testing.TB, ctx context.Context, rt wazero.Runtime, wasm []b
 	return mod
 }
 
-// newRuntime returns a runtime with WASI, closed when tb ends.
-func newRuntime(tb testing.TB, ctx context.Context, cfg wazero.RuntimeConfig) wazero.Runtime {
+// yielder is a host for the yield import of instrumented modules, like
+// wasp's: it stops the call once the call's context is done, and otherwise
+// grants the guest interval more loop iterations.
+type yielder struct {
+	interval uint32
+	yields   atomic.Int64
+}
+
+func (y *yielder) yield(ctx context.Context, mod api.Module, _ []uint64) {
+	y.yields.Add(1)
+	if err := ctx.Err(); err != nil {
+		panic(err)
+	}
+	mod.ExportedGlobal(BudgetGlobal).(api.MutableGlobal).Set(uint64(y.interval))
+}
+
+// newRuntime returns a runtime with WASI and a yielder, closed when tb
+// ends.
+func newRuntime(tb testing.TB, ctx context.Context, cfg wazero.RuntimeConfig) (wazero.Runtime, *yielder) {
 	tb.Helper()
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
 	tb.Cleanup(func() { rt.Close(ctx) })
 	wasi_snapshot_preview1.MustInstantiate(ctx, rt)
-	return rt
+	y := &yielder{interval: 1 << 16}
+	_, err := rt.NewHostModuleBuilder(YieldModule).NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(y.yield), nil, nil).Export(YieldFunc).
+		Instantiate(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return rt, y
 }
 
 func call(tb testing.TB, ctx context.Context, mod api.Module, name string, args ...uint64) []uint64 {
@@ -159,7 +188,7 @@ func TestInstrumentGuestResults(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			orig := tt.wasm(t)
 			instr := mustInstrument(t, orig)
-			rt := newRuntime(t, ctx, wazero.NewRuntimeConfig())
+			rt, y := newRuntime(t, ctx, wazero.NewRuntimeConfig())
 			a, b := instantiate(t, ctx, rt, orig), instantiate(t, ctx, rt, instr)
 			for _, args := range tt.calls {
 				want := call(t, ctx, a, tt.fn, args...)
@@ -168,19 +197,26 @@ func TestInstrumentGuestResults(t *testing.T) {
 					t.Errorf("%s%v = %v instrumented, %v originally", tt.fn, args, got, want)
 				}
 			}
-			// Every call runs a loop, so once the global is set the
-			// instrumented guest traps.
-			b.ExportedGlobal(InterruptGlobal).(api.MutableGlobal).Set(1)
+			if y.yields.Load() == 0 {
+				t.Error("the instrumented guest never yielded")
+			}
+			// Every call runs a loop, so with no budget left the guest
+			// yields at once, and the yield stops a cancelled call.
+			b.ExportedGlobal(BudgetGlobal).(api.MutableGlobal).Set(0)
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
 			args := tt.calls[len(tt.calls)-1]
-			if _, err := b.ExportedFunction(tt.fn).Call(ctx, args...); err == nil || !strings.Contains(err.Error(), "wasm error: unreachable") {
-				t.Errorf("%s%v after interrupt: err = %v, want an unreachable trap", tt.fn, args, err)
+			if _, err := b.ExportedFunction(tt.fn).Call(cctx, args...); !errors.Is(err, context.Canceled) {
+				t.Errorf("%s%v cancelled: err = %v, want %v", tt.fn, args, err, context.Canceled)
 			}
 		})
 	}
 }
 
-// TestInterruptSpinningGuest checks that setting the global from another
-// goroutine stops a guest that never returns.
+// TestInterruptSpinningGuest checks that a guest that never returns
+// yields often enough for the Go garbage collector to stop the world (a
+// guest spinning in machine code cannot be preempted), and that cancelling
+// its context stops it.
 func TestInterruptSpinningGuest(t *testing.T) {
 	tests := []struct {
 		name string
@@ -189,36 +225,41 @@ func TestInterruptSpinningGuest(t *testing.T) {
 		{name: "go", wasm: func(tb testing.TB) []byte { return goGuest(tb, "spin") }},
 		{name: "rust", wasm: rustGuest},
 	}
-	ctx := context.Background()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			wasm := mustInstrument(t, tt.wasm(t))
-			rt := newRuntime(t, ctx, wazero.NewRuntimeConfig())
-			mod := instantiate(t, ctx, rt, wasm)
+			rt, y := newRuntime(t, context.Background(), wazero.NewRuntimeConfig())
+			mod := instantiate(t, context.Background(), rt, wasm)
 			spin := mod.ExportedFunction("spin")
-			interrupt := mod.ExportedGlobal(InterruptGlobal).(api.MutableGlobal)
 
-			started := make(chan struct{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
 			done := make(chan error, 1)
 			go func() {
-				close(started)
 				_, err := spin.Call(ctx)
 				done <- err
 			}()
-			<-started
-			select {
-			case err := <-done:
-				t.Fatalf("spin returned before the interrupt: %v", err)
-			case <-time.After(50 * time.Millisecond): // let it spin
+			// Without yields, the first collection would wait for the
+			// spinning goroutine forever.
+			for range 20 {
+				runtime.GC()
 			}
-			interrupt.Set(1)
 			select {
 			case err := <-done:
-				if err == nil || !strings.Contains(err.Error(), "wasm error: unreachable") {
-					t.Fatalf("spin: err = %v, want an unreachable trap", err)
+				t.Fatalf("spin returned before the cancel: %v", err)
+			default:
+			}
+			cancel()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("spin: err = %v, want %v", err, context.Canceled)
 				}
 			case <-time.After(10 * time.Second): // failure guard only
-				t.Fatal("spin still running 10s after the interrupt")
+				t.Fatal("spin still running 10s after the cancel")
+			}
+			if y.yields.Load() < 2 {
+				t.Errorf("spin yielded %d times", y.yields.Load())
 			}
 		})
 	}
@@ -251,9 +292,10 @@ func TestInstrumentGoGuestsKeepMetadata(t *testing.T) {
 }
 
 // BenchmarkGuestLoop compares, in one run, the cost of a tight guest loop
-// (a) uninstrumented in a default runtime, (b) instrumented, and (c)
-// uninstrumented in a runtime with WithCloseOnContextDone(true), called with
-// a deadline. It reports ns per call of each and the ratios b/a and c/a.
+// (a) uninstrumented in a default runtime, (b) instrumented, yielding every
+// 2^16 iterations, (d) instrumented, yielding every 2^10 iterations, and (c)
+// uninstrumented in a runtime with WithCloseOnContextDone(true), called
+// with a deadline. It reports ns per call of each and the ratios to a.
 func BenchmarkGuestLoop(b *testing.B) {
 	benchmarks := []struct {
 		name string
@@ -267,14 +309,17 @@ func BenchmarkGuestLoop(b *testing.B) {
 			orig := bm.wasm(b)
 			instr := mustInstrument(b, orig)
 			ctx := context.Background()
-			plain := newRuntime(b, ctx, wazero.NewRuntimeConfig())
-			closing := newRuntime(b, ctx, wazero.NewRuntimeConfig().WithCloseOnContextDone(true))
+			plain, _ := newRuntime(b, ctx, wazero.NewRuntimeConfig())
+			often, y := newRuntime(b, ctx, wazero.NewRuntimeConfig())
+			y.interval = 1 << 10
+			closing, _ := newRuntime(b, ctx, wazero.NewRuntimeConfig().WithCloseOnContextDone(true))
 			fa := instantiate(b, ctx, plain, orig).ExportedFunction("count")
 			fb := instantiate(b, ctx, plain, instr).ExportedFunction("count")
+			fd := instantiate(b, ctx, often, instr).ExportedFunction("count")
 			fc := instantiate(b, ctx, closing, orig).ExportedFunction("count")
 
 			const n = 1 << 20 // iterations per call
-			var ta, tb, tc time.Duration
+			var ta, tb, tc, td time.Duration
 			timed := func(f api.Function, ctx context.Context, d *time.Duration) {
 				start := time.Now()
 				if _, err := f.Call(ctx, n); err != nil {
@@ -285,6 +330,7 @@ func BenchmarkGuestLoop(b *testing.B) {
 			for b.Loop() {
 				timed(fa, ctx, &ta)
 				timed(fb, ctx, &tb)
+				timed(fd, ctx, &td)
 				dctx, cancel := context.WithTimeout(ctx, time.Hour)
 				timed(fc, dctx, &tc)
 				cancel()
@@ -293,8 +339,10 @@ func BenchmarkGuestLoop(b *testing.B) {
 			b.ReportMetric(float64(ta.Nanoseconds())/calls, "a-plain-ns/call")
 			b.ReportMetric(float64(tb.Nanoseconds())/calls, "b-instrumented-ns/call")
 			b.ReportMetric(float64(tc.Nanoseconds())/calls, "c-closeondone-ns/call")
+			b.ReportMetric(float64(td.Nanoseconds())/calls, "d-instrumented-1k-ns/call")
 			b.ReportMetric(float64(tb)/float64(ta), "b/a")
 			b.ReportMetric(float64(tc)/float64(ta), "c/a")
+			b.ReportMetric(float64(td)/float64(ta), "d/a")
 		})
 	}
 }

@@ -3,212 +3,636 @@ package wasmbin
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 )
 
-// InterruptGlobal is the export name of the mutable i32 global Instrument
-// adds. The guest traps at its next loop iteration once the host sets it to
-// a non-zero value.
-const InterruptGlobal = "wasp.interrupt"
-
-// ErrInstrumented is returned by Instrument for a module that already
-// exports InterruptGlobal.
-var ErrInstrumented = errors.New("wasm: module already exports " + InterruptGlobal)
-
-// Custom sections Instrument drops because the byte offsets they hold no
-// longer match the rewritten code section.
+// Names Instrument adds to a module. The host must provide the function
+// YieldModule.YieldFunc, of type () -> (), to instantiate an instrumented
+// module.
 const (
-	nameSection      = "name"
-	debugSectionPref = ".debug_"
+	// BudgetGlobal is the export name of the mutable i32 global holding the
+	// number of loop iterations left before the guest calls the yield
+	// function. It starts at 0, so the first loop iteration yields.
+	BudgetGlobal = "wasp.budget"
+	// YieldModule and YieldFunc name the function import the guest calls
+	// when its budget is exhausted.
+	YieldModule = "wasp"
+	YieldFunc   = "yield"
 )
 
-// interruptGlobalEntry is the global Instrument defines: (mut i32) with
-// initialiser i32.const 0.
-var interruptGlobalEntry = []byte{0x7f, 0x01, 0x41, 0x00, opEnd}
+// ErrInstrumented is returned by Instrument for a module that already
+// exports BudgetGlobal or imports YieldModule.YieldFunc.
+var ErrInstrumented = errors.New("wasm: module already instrumented (exports " + BudgetGlobal + " or imports " + YieldModule + "." + YieldFunc + ")")
 
-// Instrument returns a copy of wasm in which every loop can be interrupted
-// by the host. It adds a mutable i32 global, initialised to 0 and exported
-// as InterruptGlobal, and inserts at the start of every loop body
+// Custom sections Instrument drops because the code offsets or function
+// indices they hold no longer match the rewritten module.
+var droppedCustomPrefixes = []string{
+	".debug_",
+	"metadata.code.", // branch hints and other code annotations
+}
+
+const nameSection = "name"
+
+func dropCustom(name string) bool {
+	if name == nameSection {
+		return true
+	}
+	for _, p := range droppedCustomPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Opcodes of the inserted check and of the instructions that hold a
+// function index.
+const (
+	opCall       = 0x10
+	opReturnCall = 0x12
+	opGlobalSet  = 0x24
+	opI32Const   = 0x41
+	opI32LtS     = 0x48
+	opI32Sub     = 0x6b
+	opRefFunc    = 0xd2
+)
+
+// budgetGlobalEntry is the global Instrument defines: (mut i32) with
+// initialiser i32.const 0.
+var budgetGlobalEntry = []byte{0x7f, 0x01, opI32Const, 0x00, opEnd}
+
+// yieldType is the type of the yield import: () -> ().
+var yieldType = []byte{0x60, 0x00, 0x00}
+
+// Instrument returns a copy of wasm in which every loop returns control to
+// the host periodically. It adds
 //
-//	global.get $interrupt
-//	if
-//	  unreachable
-//	end
+//   - a function import YieldModule.YieldFunc of type () -> (), after the
+//     existing imports (reusing a () -> () type of the type section or
+//     appending one), and renumbers every reference to a later function:
+//     calls, tail calls and ref.func in code and in constant expressions,
+//     function exports, the start function and element segments;
 //
-// It drops the "name" and ".debug_*" custom sections, whose code offsets
-// become stale, and keeps every other section in place. The input is not
-// modified.
+//   - a mutable i32 global, initialised to 0 and exported as BudgetGlobal;
+//
+//   - at the start of every loop body:
+//
+//     global.get $budget
+//     i32.const 1
+//     i32.sub
+//     global.set $budget
+//     global.get $budget
+//     i32.const 0
+//     i32.lt_s
+//     if
+//     call $yield
+//     end
+//
+// It drops the "name", ".debug_*" and "metadata.code.*" custom sections,
+// whose function indices or code offsets become stale, and keeps every
+// other section in place. The input is not modified, and the same input
+// always gives the same output.
 func Instrument(wasm []byte) (out []byte, err error) {
 	m, err := Parse(wasm)
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := m.Export(InterruptGlobal); ok {
+	if _, ok := m.Export(BudgetGlobal); ok {
 		return nil, ErrInstrumented
 	}
-	definedGlobals, globalRest := 0, []byte(nil)
-	if s, ok := m.Section(SectionGlobal); ok {
-		r := s.payloadReader(wasm)
-		n, err := r.u32()
+	for _, imp := range m.Imports {
+		if imp.Module == YieldModule && imp.Name == YieldFunc {
+			return nil, ErrInstrumented
+		}
+	}
+	ins := &instrumenter{wasm: wasm, yield: uint32(m.importCount(KindFunc))}
+	emptyPayload := []byte{0} // a vector of no entries
+	types := reader{b: emptyPayload, end: len(emptyPayload)}
+	definedGlobals := 0
+	for _, s := range m.Sections {
+		var err error
+		switch s.ID {
+		case SectionType:
+			types = s.payloadReader(wasm)
+		case SectionGlobal:
+			r := s.payloadReader(wasm)
+			var n uint32
+			n, err = r.u32()
+			definedGlobals = int(n)
+		}
 		if err != nil {
 			return nil, s.errorf("%w", err)
 		}
-		definedGlobals, globalRest = int(n), wasm[r.off:s.End]
 	}
-	exports, exportRest := 0, []byte(nil)
-	if s, ok := m.Section(SectionExport); ok {
-		r := s.payloadReader(wasm)
-		n, err := r.u32()
-		if err != nil {
-			return nil, s.errorf("%w", err)
-		}
-		exports, exportRest = int(n), wasm[r.off:s.End]
+	if err := ins.planTypes(types); err != nil {
+		s, _ := m.Section(SectionType)
+		return nil, s.errorf("%w", err)
 	}
-	gidx := uint64(m.importCount(KindGlobal) + definedGlobals)
-	if gidx >= 1<<32-1 {
-		return nil, fmt.Errorf("wasm: too many globals (%d)", gidx)
+	budget := uint64(m.importCount(KindGlobal) + definedGlobals)
+	if budget >= math.MaxUint32 {
+		return nil, fmt.Errorf("wasm: too many globals (%d)", budget)
 	}
-	check := []byte{opGlobalGet}
-	check = appendULEB(check, gidx)
-	check = append(check, opIf, blockEmpty, opUnreachable, opEnd)
+	ins.budget = uint32(budget)
+	ins.check = ins.appendCheck(nil)
 
-	out = make([]byte, 0, len(wasm)+len(wasm)/8+64)
+	out = make([]byte, 0, len(wasm)+len(wasm)/4+64)
 	out = append(out, wasm[:headerLen]...)
-	var scratch []byte
-	emitGlobals := func() {
-		scratch = appendULEB(scratch[:0], uint64(definedGlobals)+1)
-		scratch = append(scratch, globalRest...)
-		scratch = append(scratch, interruptGlobalEntry...)
-		out = appendSection(out, SectionGlobal, scratch)
+	// Sections the output must have, in order; an absent one is
+	// synthesised from an empty payload before the first section ranked
+	// after it.
+	added := []SectionID{SectionType, SectionImport, SectionGlobal, SectionExport}
+	addMissing := func(rank int) error {
+		for len(added) > 0 && sectionRank[added[0]] < rank {
+			id := added[0]
+			added = added[1:]
+			payload, err := ins.section(id, reader{b: emptyPayload, end: len(emptyPayload)})
+			if err != nil {
+				return fmt.Errorf("wasm: adding section %d (%s): %w", byte(id), id, err)
+			}
+			out = appendSection(out, id, payload)
+		}
+		return nil
 	}
-	emitExports := func() {
-		scratch = appendULEB(scratch[:0], uint64(exports)+1)
-		scratch = append(scratch, exportRest...)
-		scratch = appendULEB(scratch, uint64(len(InterruptGlobal)))
-		scratch = append(scratch, InterruptGlobal...)
-		scratch = append(scratch, byte(KindGlobal))
-		scratch = appendULEB(scratch, gidx)
-		out = appendSection(out, SectionExport, scratch)
-	}
-	globalsDone, exportsDone := false, false
 	for _, s := range m.Sections {
 		if s.ID == SectionCustom {
-			if s.Name != nameSection && !strings.HasPrefix(s.Name, debugSectionPref) {
+			if !dropCustom(s.Name) {
 				out = append(out, wasm[s.Offset:s.End]...)
 			}
 			continue
 		}
 		rank := sectionRank[s.ID]
-		if !globalsDone && rank >= sectionRank[SectionGlobal] {
-			emitGlobals()
-			globalsDone = true
+		if err := addMissing(rank); err != nil {
+			return nil, err
 		}
-		if !exportsDone && rank >= sectionRank[SectionExport] {
-			emitExports()
-			exportsDone = true
+		if len(added) > 0 && added[0] == s.ID {
+			added = added[1:]
 		}
-		switch s.ID {
-		case SectionGlobal, SectionExport:
-			// Emitted above.
-		case SectionCode:
-			code, err := instrumentCode(wasm, s, m.importCount(KindFunc), check)
-			if err != nil {
-				return nil, err
-			}
-			out = appendSection(out, SectionCode, code)
-		default:
+		payload, err := ins.section(s.ID, s.payloadReader(wasm))
+		if err != nil {
+			return nil, s.errorf("%w", err)
+		}
+		if payload == nil {
 			out = append(out, wasm[s.Offset:s.End]...)
+		} else {
+			out = appendSection(out, s.ID, payload)
 		}
 	}
-	if !globalsDone {
-		emitGlobals()
-	}
-	if !exportsDone {
-		emitExports()
+	if err := addMissing(math.MaxInt); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-// instrumentCode returns the payload of the code section s with check
-// inserted at the start of every loop body. importedFuncs numbers functions
-// in errors.
-func instrumentCode(wasm []byte, s Section, importedFuncs int, check []byte) ([]byte, error) {
-	r := s.payloadReader(wasm)
+// instrumenter holds what Instrument decided about a module before
+// rewriting its sections.
+type instrumenter struct {
+	wasm []byte
+	// yield is the function index of the added import: the number of
+	// imported functions. Every function index from it on moves up by one.
+	yield uint32
+	// yieldType is the type index of the import; newType says whether
+	// the type section gets it appended.
+	yieldType uint32
+	newType   bool
+	// budget is the global index of the added global.
+	budget uint32
+	// check is the code inserted at the start of every loop body.
+	check []byte
+}
+
+// planTypes finds a () -> () type outside recursion groups in the type
+// section r, or plans to append one.
+func (ins *instrumenter) planTypes(r reader) error {
+	n, err := r.count(1)
+	if err != nil {
+		return err
+	}
+	var idx uint64 // type index of the next entry
+	found := false
+	for i := range n {
+		at := r.off
+		form, err := r.byte()
+		if err != nil {
+			return fmt.Errorf("type %d: %w", i, err)
+		}
+		switch form {
+		case 0x60:
+			if !found && r.off+2 <= r.end && r.b[r.off] == 0 && r.b[r.off+1] == 0 {
+				ins.yieldType, found = uint32(idx), true
+			}
+			err = r.funcType()
+			idx++
+		case 0x4e: // recursion group of function types
+			var members int
+			if members, err = r.count(3); err != nil {
+				break
+			}
+			for range members {
+				if err = r.expect(0x60); err != nil {
+					break
+				}
+				if err = r.funcType(); err != nil {
+					break
+				}
+			}
+			idx += uint64(members)
+		default:
+			return fmt.Errorf("type %d at offset %d: unsupported form %#x", i, at, form)
+		}
+		if err != nil {
+			return fmt.Errorf("type %d at offset %d: %w", i, at, err)
+		}
+	}
+	if err := r.done(); err != nil {
+		return err
+	}
+	if !found {
+		if idx >= math.MaxUint32 {
+			return fmt.Errorf("too many types (%d)", idx)
+		}
+		ins.yieldType, ins.newType = uint32(idx), true
+	}
+	return nil
+}
+
+// appendCheck appends the code inserted at the start of every loop body.
+// The budget is decremented before it is tested, and the test is for a
+// negative value, so that a zero the host writes concurrently (between the
+// two reads) still makes the guest yield at the next iteration instead of
+// wrapping around.
+func (ins *instrumenter) appendCheck(b []byte) []byte {
+	b = append(b, opGlobalGet)
+	b = appendULEB(b, uint64(ins.budget))
+	b = append(b, opI32Const, 0x01, opI32Sub, opGlobalSet)
+	b = appendULEB(b, uint64(ins.budget))
+	b = append(b, opGlobalGet)
+	b = appendULEB(b, uint64(ins.budget))
+	b = append(b, opI32Const, 0x00, opI32LtS, opIf, blockEmpty, opCall)
+	b = appendULEB(b, uint64(ins.yield))
+	return append(b, opEnd)
+}
+
+// section returns the rewritten payload of a section whose payload is r,
+// or nil if the section is kept as it is.
+func (ins *instrumenter) section(id SectionID, r reader) ([]byte, error) {
+	p := &patcher{r: r, last: r.off, shift: ins.yield}
+	var err error
+	switch id {
+	case SectionType:
+		if !ins.newType {
+			return nil, nil
+		}
+		err = p.appendToVector(yieldType)
+	case SectionImport:
+		entry := appendULEB(nil, uint64(len(YieldModule)))
+		entry = append(entry, YieldModule...)
+		entry = appendULEB(entry, uint64(len(YieldFunc)))
+		entry = append(entry, YieldFunc...)
+		entry = append(entry, byte(KindFunc))
+		entry = appendULEB(entry, uint64(ins.yieldType))
+		err = p.appendToVector(entry)
+	case SectionTable:
+		err = p.vector(1, p.table)
+	case SectionGlobal:
+		if err = p.vector(3, p.global); err == nil {
+			p.dst = append(p.dst, budgetGlobalEntry...)
+			p.added = 1
+		}
+	case SectionExport:
+		if err = p.vector(3, p.export); err == nil {
+			p.dst = appendULEB(p.dst, uint64(len(BudgetGlobal)))
+			p.dst = append(p.dst, BudgetGlobal...)
+			p.dst = append(p.dst, byte(KindGlobal))
+			p.dst = appendULEB(p.dst, uint64(ins.budget))
+			p.added = 1
+		}
+	case SectionStart:
+		err = p.funcIdx()
+	case SectionElement:
+		err = p.vector(2, p.element)
+	case SectionCode:
+		return ins.code(r)
+	default:
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := p.r.done(); err != nil {
+		return nil, err
+	}
+	return p.finish(), nil
+}
+
+// patcher copies a section payload (or a function body) while replacing
+// function indices and inserting code.
+type patcher struct {
+	r     reader
+	dst   []byte
+	last  int    // first byte of r.b not yet copied to dst
+	shift uint32 // function indices from shift on move up by one
+
+	// The payload is a vector (read by vector or appendToVector) of count
+	// entries, to which added entries were appended. dst holds the
+	// entries without the count.
+	vec          bool
+	count, added uint32
+}
+
+// copyTo copies r.b[last:off] to dst.
+func (p *patcher) copyTo(off int) {
+	p.dst = append(p.dst, p.r.b[p.last:off]...)
+	p.last = off
+}
+
+// finish copies the rest of the payload and returns the result, with the
+// vector count adjusted for appended entries.
+func (p *patcher) finish() []byte {
+	p.copyTo(p.r.end)
+	if !p.vec {
+		return p.dst
+	}
+	out := appendULEB(make([]byte, 0, len(p.dst)+5), uint64(p.count)+uint64(p.added))
+	return append(out, p.dst...)
+}
+
+// vector reads a vector count and calls entry for each entry, each of at
+// least minSize bytes.
+func (p *patcher) vector(minSize int, entry func() error) error {
+	n, err := p.r.count(minSize)
+	if err != nil {
+		return err
+	}
+	p.vec, p.count, p.last = true, uint32(n), p.r.off
+	for i := range n {
+		at := p.r.off
+		if err := entry(); err != nil {
+			return fmt.Errorf("entry %d at offset %d: %w", i, at, err)
+		}
+	}
+	p.copyTo(p.r.off)
+	return nil
+}
+
+// appendToVector appends the encoded entry to the vector that is the whole
+// payload, whose entries are copied undecoded.
+func (p *patcher) appendToVector(entry []byte) error {
+	n, err := p.r.u32()
+	if err != nil {
+		return err
+	}
+	p.vec, p.count, p.last = true, n, p.r.off
+	p.copyTo(p.r.end)
+	p.r.off = p.r.end
+	p.dst = append(p.dst, entry...)
+	p.added = 1
+	return nil
+}
+
+// funcIdx reads a function index and renumbers it.
+func (p *patcher) funcIdx() error {
+	at := p.r.off
+	idx, err := p.r.u32()
+	if err != nil {
+		return err
+	}
+	if idx < p.shift {
+		return nil
+	}
+	if idx == math.MaxUint32 {
+		return fmt.Errorf("function index %d at offset %d: out of range", idx, at)
+	}
+	p.copyTo(at)
+	p.dst = appendULEB(p.dst, uint64(idx)+1)
+	p.last = p.r.off
+	return nil
+}
+
+// funcIdxs reads a vector of function indices and renumbers them.
+func (p *patcher) funcIdxs() error {
+	n, err := p.r.count(1)
+	if err != nil {
+		return err
+	}
+	for range n {
+		if err := p.funcIdx(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// constExpr reads a constant expression up to its end and renumbers the
+// functions of its ref.func instructions. Which instructions are constant
+// is left to the validator.
+func (p *patcher) constExpr() error {
+	for {
+		at := p.r.off
+		op, err := p.r.byte()
+		if err != nil {
+			return err
+		}
+		switch op {
+		case opEnd:
+			return nil
+		case opRefFunc:
+			err = p.funcIdx()
+		default:
+			err = p.r.instr(at, op)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// constExprs reads a vector of constant expressions.
+func (p *patcher) constExprs() error {
+	n, err := p.r.count(1)
+	if err != nil {
+		return err
+	}
+	for range n {
+		if err := p.constExpr(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// table reads a table: a table type, or 0x40 0x00, a table type and an
+// initialiser (typed function references).
+func (p *patcher) table() error {
+	if p.r.off < p.r.end && p.r.b[p.r.off] == 0x40 {
+		p.r.off++
+		if err := p.r.expect(0x00); err != nil {
+			return err
+		}
+		if err := p.tableType(); err != nil {
+			return err
+		}
+		return p.constExpr()
+	}
+	return p.tableType()
+}
+
+func (p *patcher) tableType() error {
+	if err := p.r.refType(); err != nil {
+		return err
+	}
+	return p.r.limits()
+}
+
+// global reads a global: its type and initialiser.
+func (p *patcher) global() error {
+	if err := p.r.refType(); err != nil {
+		return err
+	}
+	if _, err := p.r.byte(); err != nil { // mutability
+		return err
+	}
+	return p.constExpr()
+}
+
+// export reads an export and renumbers function exports.
+func (p *patcher) export() error {
+	if _, err := p.r.name(); err != nil {
+		return err
+	}
+	kind, err := p.r.byte()
+	if err != nil {
+		return err
+	}
+	if ExternKind(kind) == KindFunc {
+		return p.funcIdx()
+	}
+	_, err = p.r.u32()
+	return err
+}
+
+// element reads an element segment in any of its eight forms.
+func (p *patcher) element() error {
+	at := p.r.off
+	flags, err := p.r.u32()
+	if err != nil {
+		return err
+	}
+	active, explicitTable, exprs := flags&1 == 0, flags&2 != 0, flags&4 != 0
+	if flags > 7 {
+		return fmt.Errorf("element segment flags %#x at offset %d: unknown", flags, at)
+	}
+	if active && explicitTable {
+		if _, err := p.r.u32(); err != nil { // table index
+			return err
+		}
+	}
+	if active {
+		if err := p.constExpr(); err != nil { // offset
+			return err
+		}
+	}
+	// Forms 0 and 4 imply funcref; the others name an element kind (0x00,
+	// funcref) or a reference type.
+	if flags != 0 && flags != 4 {
+		if exprs {
+			err = p.r.refType()
+		} else {
+			err = p.r.expect(0x00)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if exprs {
+		return p.constExprs()
+	}
+	return p.funcIdxs()
+}
+
+// code returns the code section payload r with every function body
+// instrumented.
+func (ins *instrumenter) code(r reader) ([]byte, error) {
 	n, err := r.count(2) // the smallest body is two bytes
 	if err != nil {
-		return nil, s.errorf("%w", err)
+		return nil, err
 	}
-	code := make([]byte, 0, len(s.Payload)+len(s.Payload)/8)
+	code := make([]byte, 0, len(r.b[r.off:r.end])+len(r.b[r.off:r.end])/4+8)
 	code = appendULEB(code, uint64(n))
 	var body []byte
 	for i := range n {
 		at := r.off
 		size, err := r.u32()
 		if err != nil {
-			return nil, s.errorf("function %d body at offset %d: size: %w", importedFuncs+i, at, err)
+			return nil, fmt.Errorf("function %d body at offset %d: size: %w", int(ins.yield)+i, at, err)
 		}
 		if uint64(size) > uint64(r.end-r.off) {
-			return nil, s.errorf("function %d body at offset %d: truncated: size %d, %d bytes left", importedFuncs+i, at, size, r.end-r.off)
+			return nil, fmt.Errorf("function %d body at offset %d: truncated: size %d, %d bytes left", int(ins.yield)+i, at, size, r.end-r.off)
 		}
-		br := reader{b: wasm, off: r.off, end: r.off + int(size)}
-		body, err = instrumentBody(body[:0], br, check)
-		if err != nil {
-			return nil, s.errorf("function %d body at offset %d: %w", importedFuncs+i, at, err)
+		p := patcher{r: reader{b: r.b, off: r.off, end: r.off + int(size)}, dst: body[:0], last: r.off, shift: ins.yield}
+		if err := ins.body(&p); err != nil {
+			return nil, fmt.Errorf("function %d body at offset %d: %w", int(ins.yield)+i, at, err)
 		}
+		body = p.dst
 		code = appendULEB(code, uint64(len(body)))
 		code = append(code, body...)
-		r.off = br.end
+		r.off = p.r.end
 	}
 	if err := r.done(); err != nil {
-		return nil, s.errorf("%w", err)
+		return nil, err
 	}
 	return code, nil
 }
 
-// instrumentBody appends the function body r to dst with check inserted
-// after every loop instruction. It decodes every instruction, so that
-// immediates are never mistaken for opcodes, and checks that blocks nest
-// and the body ends with its final end.
-func instrumentBody(dst []byte, r reader, check []byte) ([]byte, error) {
-	start := r.off
+// body copies the function body of p with the check inserted after every
+// loop instruction and function indices renumbered. It decodes every
+// instruction, so that immediates are never mistaken for opcodes, and
+// checks that blocks nest and the body ends with its final end.
+func (ins *instrumenter) body(p *patcher) error {
+	r := &p.r
 	n, err := r.count(2)
 	if err != nil {
-		return nil, fmt.Errorf("locals: %w", err)
+		return fmt.Errorf("locals: %w", err)
 	}
 	for range n {
 		if _, err := r.u32(); err != nil {
-			return nil, fmt.Errorf("locals: %w", err)
+			return fmt.Errorf("locals: %w", err)
 		}
 		if err := r.valType(); err != nil {
-			return nil, fmt.Errorf("locals: %w", err)
+			return fmt.Errorf("locals: %w", err)
 		}
 	}
-	last := start // first byte not yet copied to dst
-	depth := 0    // open blocks, not counting the function body
+	depth := 0 // open blocks, not counting the function body
 	for r.off < r.end {
 		at := r.off
 		op := r.b[at]
 		r.off++
-		if err := r.instr(at, op); err != nil {
-			return nil, err
+		switch op {
+		case opCall, opReturnCall, opRefFunc:
+			err = p.funcIdx()
+		default:
+			err = r.instr(at, op)
+		}
+		if err != nil {
+			return err
 		}
 		switch op {
 		case opBlock, opIf, opTry, opTryTable:
 			depth++
 		case opLoop:
 			depth++
-			dst = append(dst, r.b[last:r.off]...)
-			dst = append(dst, check...)
-			last = r.off
+			p.copyTo(r.off)
+			p.dst = append(p.dst, ins.check...)
 		case opEnd, opDelegate:
 			if depth == 0 {
 				if op == opDelegate || r.off != r.end {
-					return nil, fmt.Errorf("unbalanced %#02x at offset %d", op, at)
+					return fmt.Errorf("unbalanced %#02x at offset %d", op, at)
 				}
-				return append(dst, r.b[last:r.end]...), nil
+				p.copyTo(r.end)
+				return nil
 			}
 			depth--
 		}
 	}
-	return nil, fmt.Errorf("missing end at offset %d", r.end)
+	return fmt.Errorf("missing end at offset %d", r.end)
 }

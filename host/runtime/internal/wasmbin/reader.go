@@ -431,7 +431,7 @@ func (r *reader) importEntry() (Import, error) {
 	case KindFunc:
 		_, err = r.u32()
 	case KindTable:
-		if err = r.valType(); err == nil {
+		if err = r.refType(); err == nil {
 			err = r.limits()
 		}
 	case KindMemory:
@@ -518,4 +518,48 @@ func (r *reader) valType() error {
 		return err
 	}
 	return fmt.Errorf("%w %#x at offset %d", errBadType, c, at)
+}
+
+// expect reads one byte and checks that it is want.
+func (r *reader) expect(want byte) error {
+	at := r.off
+	c, err := r.byte()
+	if err != nil {
+		return err
+	}
+	if c != want {
+		return fmt.Errorf("byte %#x at offset %d: want %#x", c, at, want)
+	}
+	return nil
+}
+
+// funcType skips the parameter and result types of a function type whose
+// 0x60 form byte was read.
+func (r *reader) funcType() error {
+	for range 2 {
+		n, err := r.count(1)
+		if err != nil {
+			return err
+		}
+		for range n {
+			if err := r.valType(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// refType skips the type of a table, global or element segment: one byte,
+// or a typed reference (ref null? heaptype). Which bytes are valid types
+// there is left to the validator, which is laxer than valType.
+func (r *reader) refType() error {
+	c, err := r.byte()
+	if err != nil {
+		return err
+	}
+	if c == 0x63 || c == 0x64 {
+		_, err = r.sleb(33)
+	}
+	return err
 }
