@@ -13,6 +13,31 @@
 // into Go costs several times the guest's own work; both are available and
 // measured in docs/performance.md.
 //
+// # Yielding
+//
+// An instrumented module counts down a budget of loop iterations (the
+// exported global wasp.budget) and calls the host function wasp.yield when
+// it runs out, every 2^16 iterations. Each engine provides that function.
+// It finds the call's state in the context wazero passes it: if the call's
+// deadline has passed or its context was cancelled, it panics with an
+// error wazero returns from the call, which is classified ReasonTimeout;
+// otherwise it refills the budget. At the deadline a watchdog also empties
+// the budget, so the guest yields at its next iteration.
+//
+// The yield is not only how the deadline is enforced: it is what keeps a
+// spinning guest from deadlocking the whole process. The Go scheduler
+// cannot preempt a goroutine running a guest's machine code, so a garbage
+// collection that starts while a guest spins waits to stop the world until
+// the guest returns into Go, and until then no other goroutine runs,
+// including the timer that would end the call. A guest that only checked a
+// flag set by that timer (as wasp once did) hangs the process at the first
+// collection; a guest that yields comes back into Go every few tens of
+// microseconds of tight looping, deadline or not. TestSpinUnderGC spins a
+// guest while forcing collections.
+//
+// Modules may not import from wasp themselves: Inspect accepts only WASI
+// imports, and runs on the binary before the instrumenter adds its import.
+//
 // A call that traps, times out, exhausts memory or returns garbage is
 // reported as a *CallError with a Reason; the instance is discarded and
 // replaced on the next call, so one bad call never poisons the next.
