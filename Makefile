@@ -45,11 +45,10 @@ cross:
 	done
 
 tidy:
-	@cp go.mod /tmp/wasp-go.mod.$$$$ && cp go.sum /tmp/wasp-go.sum.$$$$ && \
-	$(GO) mod tidy && \
-	if ! git diff --quiet -- go.mod go.sum; then \
-		git diff -- go.mod go.sum; cp /tmp/wasp-go.mod.$$$$ go.mod; cp /tmp/wasp-go.sum.$$$$ go.sum; \
-		echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; fi
+	@tmp=$$(mktemp -d) && cp go.mod go.sum $$tmp/ && $(GO) mod tidy && \
+	if ! cmp -s go.mod $$tmp/go.mod || ! cmp -s go.sum $$tmp/go.sum; then \
+		diff -u $$tmp/go.mod go.mod; cp $$tmp/go.mod $$tmp/go.sum .; rm -rf $$tmp; \
+		echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; fi; rm -rf $$tmp
 
 modules: ## Rebuild modules/wasm/*.wasm (reproducible: same Go, same bytes).
 	@set -e; for m in $(MODULES); do \

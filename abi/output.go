@@ -41,35 +41,62 @@ func (w *OutputWriter) Error(msg string) {
 
 // Topology appends a topology record.
 func (w *OutputWriter) Topology(mode TopologyMode, eligible Indices) {
-	w.u32(StatusOK)
-	w.u32(uint32(mode))
-	w.set(eligible)
+	b := w.extend(12 + 4*len(eligible))
+	le.PutUint32(b, StatusOK)
+	le.PutUint32(b[4:], uint32(mode))
+	putSet(b[8:], eligible)
 	w.count++
 }
 
 // TrafficPolicy appends a traffic-policy record.
 func (w *OutputWriter) TrafficPolicy(hasAny bool, cluster, local, all Indices) {
-	w.u32(StatusOK)
+	b := w.extend(20 + 4*(len(cluster)+len(local)+len(all)))
+	le.PutUint32(b, StatusOK)
 	var flags uint32
 	if hasAny {
 		flags |= DecisionFlagHasAnyEndpoints
 	}
-	w.u32(flags)
-	w.set(cluster)
-	w.set(local)
-	w.set(all)
+	le.PutUint32(b[4:], flags)
+	b = putSet(b[8:], cluster)
+	b = putSet(b, local)
+	putSet(b, all)
 	w.count++
 }
 
 // Selection appends an endpoint-selection record.
 func (w *OutputWriter) Selection(weights []Weight) {
-	w.u32(StatusOK)
-	w.u32(uint32(len(weights)))
+	b := w.extend(8 + 8*len(weights))
+	le.PutUint32(b, StatusOK)
+	le.PutUint32(b[4:], uint32(len(weights)))
+	b = b[8:]
 	for _, x := range weights {
-		w.u32(x.Index)
-		w.u32(x.Weight)
+		le.PutUint32(b, x.Index)
+		le.PutUint32(b[4:], x.Weight)
+		b = b[8:]
 	}
 	w.count++
+}
+
+// extend grows the buffer by n bytes and returns them.
+func (w *OutputWriter) extend(n int) []byte {
+	l := len(w.buf)
+	w.buf = grow(w.buf, n)
+	return w.buf[l:]
+}
+
+// putSet writes a set at the start of b and returns the rest of b.
+func putSet(b []byte, s Indices) []byte {
+	if s == nil {
+		le.PutUint32(b, NilCount)
+		return b[4:]
+	}
+	le.PutUint32(b, uint32(len(s)))
+	b = b[4:]
+	for _, v := range s {
+		le.PutUint32(b, v)
+		b = b[4:]
+	}
+	return b
 }
 
 // Bytes finishes the output and returns it. The slice is valid until the
@@ -78,17 +105,6 @@ func (w *OutputWriter) Bytes() []byte {
 	le.PutUint32(w.buf[outCount:], w.count)
 	le.PutUint32(w.buf[outTotalLen:], uint32(len(w.buf)))
 	return w.buf
-}
-
-func (w *OutputWriter) set(s Indices) {
-	if s == nil {
-		w.u32(NilCount)
-		return
-	}
-	w.u32(uint32(len(s)))
-	for _, v := range s {
-		w.u32(v)
-	}
 }
 
 func (w *OutputWriter) u32(v uint32) {

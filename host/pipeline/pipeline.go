@@ -87,7 +87,7 @@ type Observer interface {
 // Pipeline evaluates service ports. Run must not be called concurrently.
 type Pipeline struct {
 	opts     Options
-	lastGood map[string]Result
+	lastGood map[string]*Result
 
 	workers []worker
 }
@@ -113,7 +113,7 @@ func New(opts Options) *Pipeline {
 			n = max(n, m.Instances())
 		}
 	}
-	return &Pipeline{opts: opts, lastGood: map[string]Result{}, workers: make([]worker, n)}
+	return &Pipeline{opts: opts, lastGood: map[string]*Result{}, workers: make([]worker, n)}
 }
 
 // Forget drops the last good decision of ports that no longer exist.
@@ -159,7 +159,7 @@ func (p *Pipeline) Run(ctx context.Context, node abi.Node, ports []Port) []Resul
 			continue
 		}
 		results[i] = Result{Decision: decisions[i], Endpoints: ports[i].Endpoints, Source: SourceModules}
-		p.lastGood[ports[i].Key] = results[i]
+		p.lastGood[ports[i].Key] = &results[i]
 	}
 	return results
 }
@@ -167,8 +167,9 @@ func (p *Pipeline) Run(ctx context.Context, node abi.Node, ports []Port) []Resul
 // fallback decides for a port whose stage failed.
 func (p *Pipeline) fallback(node abi.Node, port Port, err error) Result {
 	if last, ok := p.lastGood[port.Key]; ok {
-		last.Source, last.Err = SourceLastGood, err
-		return last
+		r := *last
+		r.Source, r.Err = SourceLastGood, err
+		return r
 	}
 	return Result{
 		Decision:  reference.Categorize(&node, &port.ServicePort),
@@ -211,9 +212,16 @@ func (p *Pipeline) runStage(ctx context.Context, stage abi.Stage, node abi.Node,
 // call runs one batch; when the whole call fails it bisects.
 func (p *Pipeline) call(ctx context.Context, w *worker, mod Module, stage abi.Stage, node abi.Node,
 	sps []abi.ServicePort, idx []int, decisions []abi.Decision, errs []error, deadline time.Time) {
-	b := abi.Batch{Stage: stage, Node: node, Ports: make([]abi.ServicePort, len(idx)), Decisions: make([]abi.Decision, len(idx))}
-	for k, i := range idx {
-		b.Ports[k], b.Decisions[k] = sps[i], decisions[i]
+	b := abi.Batch{Stage: stage, Node: node}
+	if lo, hi := idx[0], idx[len(idx)-1]+1; hi-lo == len(idx) {
+		// The usual case, no port settled by an earlier failure: the
+		// chunk is a contiguous run and needs no copy.
+		b.Ports, b.Decisions = sps[lo:hi], decisions[lo:hi]
+	} else {
+		b.Ports, b.Decisions = make([]abi.ServicePort, len(idx)), make([]abi.Decision, len(idx))
+		for k, i := range idx {
+			b.Ports[k], b.Decisions[k] = sps[i], decisions[i]
+		}
 	}
 	var err error
 	start := time.Now()

@@ -156,9 +156,10 @@ func (n Node) Zone() string {
 
 // ServicePort is one service port of the batch.
 type ServicePort struct {
-	x *batch
-	o int // offset of the port record
-	i int // index of the port in the batch
+	x        *batch
+	o        int // offset of the port record
+	i        int // index of the port in the batch
+	first, n int // the port's endpoints in the endpoint table
 }
 
 func (sp ServicePort) flag(f byte) bool { return sp.x.b[sp.o+portFlags]&f != 0 }
@@ -206,20 +207,21 @@ func (sp ServicePort) Annotation(key string) (string, bool) {
 }
 
 // Len returns the number of endpoints.
-func (sp ServicePort) Len() int { return int(le.Uint32(sp.x.b[sp.o+portEndpointCount:])) }
+func (sp ServicePort) Len() int { return sp.n }
 
 // Endpoint returns endpoint i, 0 <= i < Len().
 func (sp ServicePort) Endpoint(i int) Endpoint {
-	if i < 0 || i >= sp.Len() {
-		panic("wasp: endpoint index out of range")
+	if uint(i) >= uint(sp.n) {
+		panic(errEndpointRange)
 	}
-	first := int(le.Uint32(sp.x.b[sp.o+portEndpointFirst:]))
-	return Endpoint{x: sp.x, o: sp.x.endpoints + (first+i)*abi.EndpointSize, v6: sp.IPv6()}
+	return Endpoint{x: sp.x, o: sp.x.endpoints + (sp.first+i)*abi.EndpointSize, v6: sp.flag(abi.PortFlagIPv6)}
 }
+
+var errEndpointRange = errors.New("wasp: endpoint index out of range")
 
 // Decision returns what the earlier stages decided for this port.
 func (sp ServicePort) Decision() Decision {
-	return Decision{x: sp.x, o: sp.x.decisions + sp.i*abi.DecisionSize, n: uint32(sp.Len())}
+	return Decision{x: sp.x, o: sp.x.decisions + sp.i*abi.DecisionSize, n: uint32(sp.n)}
 }
 
 // Endpoint is one endpoint of a service port.
@@ -291,10 +293,13 @@ func (s Strings) At(i int) string {
 
 // Contains reports whether v is one of the strings.
 func (s Strings) Contains(v string) bool {
-	for i := range int(s.n) {
-		if s.At(i) == v {
+	refs := s.x.b[s.x.hints+int(s.first)*abi.StrRefSize : s.x.hints+int(s.first+s.n)*abi.StrRefSize]
+	for len(refs) >= abi.StrRefSize {
+		off, n := le.Uint32(refs), le.Uint32(refs[4:])
+		if int(n) == len(v) && string(s.x.strings[off:off+n]) == v {
 			return true
 		}
+		refs = refs[abi.StrRefSize:]
 	}
 	return false
 }

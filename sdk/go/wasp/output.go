@@ -40,10 +40,13 @@ func (s *Set) indices() abi.Indices {
 	if !s.used {
 		return nil
 	}
-	if !slices.IsSorted(s.idx) {
-		slices.Sort(s.idx)
+	for k := 1; k < len(s.idx); k++ {
+		if s.idx[k] <= s.idx[k-1] {
+			slices.Sort(s.idx)
+			s.idx = slices.Compact(s.idx)
+			break
+		}
 	}
-	s.idx = slices.Compact(s.idx)
 	if s.idx == nil {
 		s.idx = make([]uint32, 0, 8)
 	}
@@ -83,8 +86,11 @@ func (r *SelectionResult) Set(i int, w uint32) {
 // for an index set more than once.
 func (r *SelectionResult) sorted() []abi.Weight {
 	w := r.weights
-	if !slices.IsSortedFunc(w, byIndex) {
-		slices.SortStableFunc(w, byIndex)
+	for k := 1; k < len(w); k++ {
+		if w[k].Index <= w[k-1].Index {
+			slices.SortStableFunc(w, byIndex)
+			break
+		}
 	}
 	out := w[:0]
 	for k := range w {
@@ -159,50 +165,69 @@ func Run(stage abi.Stage, input []byte) []byte {
 	}
 	writer.Reset(stage)
 	node := Node{x: &in}
-	for i := range int(in.portCount) {
-		sp := ServicePort{x: &in, o: in.ports + i*abi.PortSize, i: i}
-		if msg, failed := runPort(stage, node, sp); failed {
-			writer.Error(msg)
-		}
+	// A panic fails only the port at hand: runFrom recovers, writes that
+	// port's error record and says where to resume. One deferred recover
+	// per batch rather than per port keeps the per-port cost down.
+	for next := 0; next < int(in.portCount); {
+		next = runFrom(stage, node, next)
 	}
 	return writer.Bytes()
 }
 
-// runPort runs the handler for one port and writes its record, or returns
-// the failure message. A panic fails only this port.
-func runPort(stage abi.Stage, node Node, sp ServicePort) (msg string, failed bool) {
+// runFrom runs the handler for ports from, from+1, ... and returns the
+// port count, or, after a panic, the index of the port after the one that
+// panicked.
+func runFrom(stage abi.Stage, node Node, from int) (next int) {
+	i := from
 	defer func() {
 		if r := recover(); r != nil {
-			msg, failed = panicMessage(r), true
+			writer.Error(panicMessage(r))
+			next = i + 1
 		}
 	}()
-	var err error
+	for ; i < int(in.portCount); i++ {
+		o := in.ports + i*abi.PortSize
+		sp := ServicePort{
+			x: &in, o: o, i: i,
+			first: int(le.Uint32(in.b[o+portEndpointFirst:])),
+			n:     int(le.Uint32(in.b[o+portEndpointCount:])),
+		}
+		if err := runPort(stage, node, sp); err != nil {
+			writer.Error(err.Error())
+		}
+	}
+	return i
+}
+
+// runPort runs the handler for one port and writes its record unless the
+// handler fails.
+func runPort(stage abi.Stage, node Node, sp ServicePort) error {
 	switch stage {
 	case abi.StageTopology:
 		topo.Mode = abi.TopologyNone
 		topo.Eligible.reset()
 		topo.Eligible.Use()
-		if err = handlers.topology(node, sp, &topo); err == nil {
-			writer.Topology(topo.Mode, topo.Eligible.indices())
+		if err := handlers.topology(node, sp, &topo); err != nil {
+			return err
 		}
+		writer.Topology(topo.Mode, topo.Eligible.indices())
 	case abi.StageTrafficPolicy:
 		policy.Cluster.reset()
 		policy.Local.reset()
 		policy.All.reset()
 		policy.HasAnyEndpoints = false
-		if err = handlers.policy(node, sp, &policy); err == nil {
-			writer.TrafficPolicy(policy.HasAnyEndpoints, policy.Cluster.indices(), policy.Local.indices(), policy.All.indices())
+		if err := handlers.policy(node, sp, &policy); err != nil {
+			return err
 		}
+		writer.TrafficPolicy(policy.HasAnyEndpoints, policy.Cluster.indices(), policy.Local.indices(), policy.All.indices())
 	case abi.StageEndpointSelection:
 		sel.weights = sel.weights[:0]
-		if err = handlers.selection(node, sp, &sel); err == nil {
-			writer.Selection(sel.sorted())
+		if err := handlers.selection(node, sp, &sel); err != nil {
+			return err
 		}
+		writer.Selection(sel.sorted())
 	}
-	if err != nil {
-		return err.Error(), true
-	}
-	return "", false
+	return nil
 }
 
 func panicMessage(r any) string {

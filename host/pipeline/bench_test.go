@@ -1,0 +1,101 @@
+package pipeline_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/host/pipeline"
+	"github.com/wasp-proxy/wasp/host/reference/referencetest"
+	"github.com/wasp-proxy/wasp/host/runtime"
+)
+
+// Realistic scale for a full recompute: 10k service ports of 10 endpoints.
+const (
+	benchPorts     = 10000
+	benchEndpoints = 10
+)
+
+// nativeNanos measures the native reference pipeline over the same input,
+// as the in-run baseline the Wasm numbers are divided by.
+func nativeNanos(node abi.Node, ps []pipeline.Port, rounds int) float64 {
+	p := pipeline.New(pipeline.Options{})
+	p.Run(context.Background(), node, ps) // warm up
+	start := time.Now()
+	for range rounds {
+		p.Run(context.Background(), node, ps)
+	}
+	return float64(time.Since(start).Nanoseconds()) / float64(rounds)
+}
+
+func benchRecompute(b *testing.B, cfg runtime.Config, nports int) {
+	node, sps := referencetest.Batch(1, nports, benchEndpoints)
+	ps := ports(sps)
+	rounds := max(3, 20000/nports)
+	base := nativeNanos(node, ps, rounds)
+	p, mods := defaults(b, cfg, runtime.Limits{})
+	p.Run(context.Background(), node, ps) // warm up: instances, buffers
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		p.Run(context.Background(), node, ps)
+	}
+	per := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+	b.ReportMetric(per/base, "x-native")
+	b.ReportMetric(base/1e6, "native-ms")
+	var mem uint64
+	for _, s := range abi.Stages {
+		mem = max(mem, mods[s].Stats().MaxMemoryBytes)
+	}
+	b.ReportMetric(float64(mem)/(1<<20), "guest-MiB")
+}
+
+// BenchmarkFullRecompute: every service port through the three default
+// Wasm stages, against the native reference measured in the same run.
+func BenchmarkFullRecompute(b *testing.B) {
+	b.Run("instrumented", func(b *testing.B) { benchRecompute(b, runtime.Config{}, benchPorts) })
+	b.Run("close-on-context-done", func(b *testing.B) {
+		benchRecompute(b, runtime.Config{Interrupt: runtime.InterruptCloseOnContextDone}, benchPorts)
+	})
+}
+
+// BenchmarkSingleService: an incremental change, one service port.
+func BenchmarkSingleService(b *testing.B) {
+	b.Run("instrumented", func(b *testing.B) { benchRecompute(b, runtime.Config{}, 1) })
+}
+
+// TestGuestMemoryFlat runs 100 full batches and requires the guests'
+// linear memory to stop growing after the first few: the SDK reuses its
+// buffers and allocates nothing per endpoint.
+func TestGuestMemoryFlat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100 full batches")
+	}
+	node, sps := referencetest.Batch(2, benchPorts, benchEndpoints)
+	ps := ports(sps)
+	p, mods := defaults(t, runtime.Config{}, runtime.Limits{})
+	size := func() (s [4]uint64) {
+		for _, st := range abi.Stages {
+			s[st] = mods[st].Stats().MaxMemoryBytes
+		}
+		return s
+	}
+	for range 5 {
+		p.Run(context.Background(), node, ps)
+	}
+	after5 := size()
+	for range 95 {
+		p.Run(context.Background(), node, ps)
+	}
+	after100 := size()
+	for _, st := range abi.Stages {
+		t.Logf("%s: %d MiB after 5 batches, %d MiB after 100", st, after5[st]>>20, after100[st]>>20)
+		if after100[st] != after5[st] {
+			t.Errorf("%s: linear memory grew from %d to %d bytes between batch 5 and 100", st, after5[st], after100[st])
+		}
+		if r := mods[st].Stats().Recycled; r != 0 {
+			t.Errorf("%s: %d instances recycled; memory must stay under the recycle threshold", st, r)
+		}
+	}
+}
