@@ -232,7 +232,7 @@ func (p *Pipeline) call(ctx context.Context, w *worker, mod Module, stage abi.St
 	if err == nil {
 		w.res, err = abi.DecodeOutput(w.out, &b, w.res)
 		if err != nil {
-			err = &runtime.CallError{Stage: stage, Reason: runtime.ReasonInvalidOutput, Err: err}
+			err = &runtime.CallError{Module: nameOf(mod), Stage: stage, Reason: runtime.ReasonInvalidOutput, Err: err}
 		}
 	}
 	if o := p.opts.Observer; o != nil {
@@ -246,7 +246,7 @@ func (p *Pipeline) call(ctx context.Context, w *worker, mod Module, stage abi.St
 				if r.Invalid {
 					kind = "invalid output"
 				}
-				errs[k] = &runtime.CallError{Stage: stage, Reason: reasonOf(r), Err: fmt.Errorf("%s: %s", kind, r.Err)}
+				errs[k] = &runtime.CallError{Module: nameOf(mod), Stage: stage, Reason: reasonOf(r), Err: fmt.Errorf("%s: %s", kind, r.Err)}
 				continue
 			}
 			// DecodeOutput gives each call fresh index arrays, so the
@@ -274,7 +274,15 @@ func reasonOf(r *abi.Result) runtime.Reason {
 	if r.Invalid {
 		return runtime.ReasonInvalidOutput
 	}
-	return "module-error"
+	return runtime.ReasonModuleError
+}
+
+// nameOf names a module in errors.
+func nameOf(m Module) string {
+	if s, ok := m.(fmt.Stringer); ok {
+		return s.String()
+	}
+	return fmt.Sprintf("%T", m)
 }
 
 func native(stage abi.Stage, node *abi.Node, sp *abi.ServicePort, prev abi.Decision) abi.Decision {

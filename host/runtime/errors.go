@@ -28,10 +28,13 @@ const (
 	ReasonInvalidOutput Reason = "invalid-output"
 	// ReasonInstantiate: a fresh instance could not be created.
 	ReasonInstantiate Reason = "instantiate"
+	// ReasonModuleError: the module reported an error for a service port
+	// (an error record: it declined, or its handler failed or panicked).
+	ReasonModuleError Reason = "module-error"
 )
 
 // Reasons lists every Reason, for pre-registering metric series.
-var Reasons = []Reason{ReasonTrap, ReasonTimeout, ReasonMemory, ReasonExit, ReasonNoOutput, ReasonInvalidOutput, ReasonInstantiate}
+var Reasons = []Reason{ReasonTrap, ReasonTimeout, ReasonMemory, ReasonExit, ReasonNoOutput, ReasonInvalidOutput, ReasonInstantiate, ReasonModuleError}
 
 // CallError is a failed call into a module.
 type CallError struct {

@@ -161,6 +161,9 @@ func Inspect(wasm []byte) (*metadata.Metadata, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidModule, err)
 	}
+	if meta.MinHostVersion != "" && !versionAtLeast(HostVersion, meta.MinHostVersion) {
+		return nil, fmt.Errorf("%w: module %s %s needs wasp %s or newer; this is %s", ErrInvalidModule, meta.Name, meta.Version, meta.MinHostVersion, HostVersion)
+	}
 	need := []string{abi.BufferExport, "memory"}
 	for _, s := range abi.Stages {
 		if meta.Implements(s) {
@@ -233,6 +236,9 @@ func (m *Module) Call(ctx context.Context, stage abi.Stage, input, dst []byte) (
 	}
 	return out, nil
 }
+
+// String returns the module's name.
+func (m *Module) String() string { return m.Name }
 
 // Instances returns the size of the instance pool: how many calls can run
 // at once.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/abi/metadata"
 	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/internal/modbuild"
 	"github.com/wasp-proxy/wasp/modules"
@@ -336,4 +337,27 @@ func moduleWith(t *testing.T, imports, exports []string) []byte {
 	section(7, p)
 	section(10, []byte{1, 2, 0, 0x0b}) // body: no locals, end
 	return b
+}
+
+func TestMinHostVersion(t *testing.T) {
+	wasm := testModule(t, "garbage")
+	for _, tc := range []struct {
+		min string
+		ok  bool
+	}{
+		{"", true}, {"0.0.1", true}, {runtime.HostVersion, true}, {"v0.1.0-rc.1", true},
+		{"0.2.0", false}, {"1.0.0", false}, {"0.1.1", false},
+	} {
+		meta := &metadata.Metadata{Name: "garbage", Version: "0.0.1", ABI: abi.Version, Stages: []string{"topology"}, MinHostVersion: tc.min}
+		annotated, err := runtime.Annotate(wasm, meta)
+		if err == nil {
+			_, err = runtime.Inspect(annotated)
+		}
+		if ok := err == nil; ok != tc.ok {
+			t.Errorf("minHostVersion %q: err %v, want ok=%v", tc.min, err, tc.ok)
+		}
+		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "needs wasp "+tc.min)) {
+			t.Errorf("minHostVersion %q: error %v does not say what is needed", tc.min, err)
+		}
+	}
 }
