@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -18,8 +19,8 @@ import (
 
 func newExplainCommand() *cobra.Command {
 	var (
-		file, node, output string
-		moduleFlags        []string
+		file, node, output, cacheDir string
+		moduleFlags                  []string
 	)
 	cmd := &cobra.Command{
 		Use:   "explain",
@@ -51,7 +52,7 @@ Without -f it explains the bundled sample cluster (examples/cluster/sample.yaml)
 				return err
 			}
 			ctx := cmd.Context()
-			rt, err := runtime.New(runtime.Config{})
+			rt, err := runtime.New(runtime.Config{CacheDir: cacheDir})
 			if err != nil {
 				return err
 			}
@@ -88,8 +89,19 @@ Without -f it explains the bundled sample cluster (examples/cluster/sample.yaml)
 	cmd.Flags().StringVarP(&file, "file", "f", "", `objects to read ("-" for stdin; default: the bundled sample cluster)`)
 	cmd.Flags().StringVar(&node, "node", "node-a", "the node to explain")
 	cmd.Flags().StringVarP(&output, "output", "o", "json", "json (one document per line) or table")
+	cmd.Flags().StringVar(&cacheDir, "cache-dir", defaultCacheDir(), "where compiled modules are cached across runs (\"\" disables the cache)")
 	cmd.Flags().StringArrayVar(&moduleFlags, "module", nil, "STAGE=SOURCE: run a module instead of the builtin one (repeatable); SOURCE is builtin:NAME, file:///PATH or a path")
 	return cmd
+}
+
+// defaultCacheDir is the user's cache directory for compiled modules, or
+// "" (no cache) when there is none.
+func defaultCacheDir() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "wasp", "compiled")
 }
 
 func readObjects(stdin io.Reader, file string) (*objects.Objects, error) {

@@ -193,6 +193,11 @@ func (p *Pipeline) runStage(ctx context.Context, stage abi.Stage, node abi.Node,
 	chunks := max(1, min(mod.Instances(), len(live)/p.opts.MinChunk))
 	size := (len(live) + chunks - 1) / chunks
 	deadline := time.Now().Add(p.opts.BisectBudget)
+	if chunks == 1 {
+		// An incremental change: one short call on this goroutine.
+		p.call(ctx, &p.workers[0], mod, stage, node, sps, live, decisions, errs, deadline)
+		return errs
+	}
 	var wg sync.WaitGroup
 	for c := range chunks {
 		lo, hi := c*size, min((c+1)*size, len(live))

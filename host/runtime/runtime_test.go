@@ -3,8 +3,10 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"net/netip"
 	"os/exec"
+	"path/filepath"
 	goruntime "runtime"
 	"strings"
 	"sync"
@@ -358,6 +360,32 @@ func TestMinHostVersion(t *testing.T) {
 		}
 		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "needs wasp "+tc.min)) {
 			t.Errorf("minHostVersion %q: error %v does not say what is needed", tc.min, err)
+		}
+	}
+}
+
+// TestCompilationCache: a runtime with a cache directory leaves compiled
+// code there, and a second runtime loads from it.
+func TestCompilationCache(t *testing.T) {
+	dir := t.TempDir()
+	wasm, err := modules.Wasm("selection")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		r := newRuntime(t, runtime.Config{CacheDir: dir})
+		if _, err := r.Load(context.Background(), "selection", wasm, runtime.Limits{Instances: 1}); err != nil {
+			t.Fatalf("load %d: %v", i, err)
+		}
+		var files int
+		_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, _ error) error {
+			if d != nil && !d.IsDir() {
+				files++
+			}
+			return nil
+		})
+		if files == 0 {
+			t.Fatalf("load %d: nothing cached in %s", i, dir)
 		}
 	}
 }
