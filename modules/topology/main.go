@@ -20,57 +20,67 @@ import (
 
 func init() { wasp.HandleTopology(topology) }
 
-func topology(node wasp.Node, sp wasp.ServicePort, out *wasp.TopologyResult) error {
-	out.Mode = mode(node, sp)
-	zone, name := node.Zone(), node.Name()
-	for i := range sp.Len() {
-		ep := sp.Endpoint(i)
-		switch out.Mode {
-		case abi.TopologyPreferSameNode:
-			if !ep.NodeHints().Contains(name) {
-				continue
-			}
-		case abi.TopologyPreferSameZone:
-			if !ep.ZoneHints().Contains(zone) {
-				continue
-			}
-		}
-		out.Add(i)
-	}
-	return nil
-}
+// hinted holds, per endpoint of the port at hand, whether it is hinted for
+// this node and for this node's zone. Reused across ports: no allocation
+// once it has grown to the largest port.
+var hinted []uint8
 
-func mode(node wasp.Node, sp wasp.ServicePort) abi.TopologyMode {
+const (
+	forNode = 1 << iota
+	forZone
+)
+
+func topology(node wasp.Node, sp wasp.ServicePort, out *wasp.TopologyResult) error {
+	n := sp.Len()
 	if !sp.UsesClusterEndpoints() {
 		// Topology only shapes the cluster set; the local set ignores hints.
-		return abi.TopologyNone
+		for i := range n {
+			out.Add(i)
+		}
+		return nil
 	}
 	zone, name := node.Zone(), node.Name()
+	if cap(hinted) < n {
+		hinted = make([]uint8, n)
+	}
+	hinted = hinted[:n]
+	// One pass over the endpoints records their hints and, over the ready
+	// ones only, whether every one has node (zone) hints and whether any is
+	// hinted for this node (zone).
 	allNode, allZone := true, true
-	forNode, forZone := false, false
-	for i := range sp.Len() {
+	anyNode, anyZone := false, false
+	for i := range n {
 		ep := sp.Endpoint(i)
+		nh, zh := ep.NodeHints(), ep.ZoneHints()
+		var h uint8
+		if nh.Contains(name) {
+			h |= forNode
+		}
+		if zh.Contains(zone) {
+			h |= forZone
+		}
+		hinted[i] = h
 		if !ep.Ready() {
 			continue
 		}
-		if h := ep.NodeHints(); h.Len() == 0 {
-			allNode = false
-		} else if h.Contains(name) {
-			forNode = true
-		}
-		if h := ep.ZoneHints(); h.Len() == 0 {
-			allZone = false
-		} else if h.Contains(zone) {
-			forZone = true
-		}
+		allNode = allNode && nh.Len() > 0
+		allZone = allZone && zh.Len() > 0
+		anyNode = anyNode || h&forNode != 0
+		anyZone = anyZone || h&forZone != 0
 	}
+	var want uint8
 	switch {
-	case allNode && forNode:
-		return abi.TopologyPreferSameNode
-	case allZone && forZone:
-		return abi.TopologyPreferSameZone
+	case allNode && anyNode:
+		out.Mode, want = abi.TopologyPreferSameNode, forNode
+	case allZone && anyZone:
+		out.Mode, want = abi.TopologyPreferSameZone, forZone
 	}
-	return abi.TopologyNone
+	for i := range n {
+		if want == 0 || hinted[i]&want != 0 {
+			out.Add(i)
+		}
+	}
+	return nil
 }
 
 func main() {}
