@@ -12,8 +12,8 @@ import (
 // module.
 const (
 	// BudgetGlobal is the export name of the mutable i32 global holding the
-	// number of loop iterations left before the guest calls the yield
-	// function. It starts at 0, so the first loop iteration yields.
+	// number of backward branches (loop iterations) left before the guest
+	// calls the yield function. It starts at 0, so the first one yields.
 	BudgetGlobal = "wasp.budget"
 	// YieldModule and YieldFunc name the function import the guest calls
 	// when its budget is exhausted.
@@ -76,7 +76,9 @@ var yieldType = []byte{0x60, 0x00, 0x00}
 //
 //   - a mutable i32 global, initialised to 0 and exported as BudgetGlobal;
 //
-//   - at the start of every loop body:
+//   - before every branch to a loop label (br, br_if, br_table naming one,
+//     br_on_null, br_on_non_null), and at the start of the body of a
+//     try_table whose catch clauses name one:
 //
 //     global.get $budget
 //     i32.const 1
@@ -197,8 +199,10 @@ type instrumenter struct {
 	newType   bool
 	// budget is the global index of the added global.
 	budget uint32
-	// check is the code inserted at the start of every loop body.
+	// check is the code inserted before every backward branch.
 	check []byte
+	// loops is scratch space for body.
+	loops []bool
 }
 
 // planTypes finds a () -> () type outside recursion groups in the type
@@ -256,7 +260,7 @@ func (ins *instrumenter) planTypes(r reader) error {
 	return nil
 }
 
-// appendCheck appends the code inserted at the start of every loop body.
+// appendCheck appends the code inserted before every backward branch.
 // The budget is decremented before it is tested, and the test is for a
 // negative value, so that a zero the host writes concurrently (between the
 // two reads) still makes the guest yield at the next iteration instead of
@@ -584,10 +588,11 @@ func (ins *instrumenter) code(r reader) ([]byte, error) {
 	return code, nil
 }
 
-// body copies the function body of p with the check inserted after every
-// loop instruction and function indices renumbered. It decodes every
-// instruction, so that immediates are never mistaken for opcodes, and
-// checks that blocks nest and the body ends with its final end.
+// body copies the function body of p with the check inserted before every
+// branch that can go back to the start of a loop, and function indices
+// renumbered. It decodes every instruction, so that immediates are never
+// mistaken for opcodes, and checks that blocks nest and the body ends with
+// its final end.
 func (ins *instrumenter) body(p *patcher) error {
 	r := &p.r
 	n, err := r.count(2)
@@ -602,36 +607,75 @@ func (ins *instrumenter) body(p *patcher) error {
 			return fmt.Errorf("locals: %w", err)
 		}
 	}
-	depth := 0 // open blocks, not counting the function body
+	// loops says, for each open block from the outermost, whether it is a
+	// loop, so whether a branch to it goes backwards. The function body
+	// itself is not in it: a branch to it returns.
+	loops := ins.loops[:0]
+	defer func() { ins.loops = loops[:0] }()
+	backward := func(label uint32) bool {
+		return uint64(label) < uint64(len(loops)) && loops[len(loops)-1-int(label)]
+	}
 	for r.off < r.end {
 		at := r.off
 		op := r.b[at]
 		r.off++
+		check := false // insert the check before this instruction
 		switch op {
 		case opCall, opReturnCall, opRefFunc:
 			err = p.funcIdx()
+		case opBr, opBrIf, opBrOnNull, opBrOnNonNull:
+			var label uint32
+			label, err = r.u32()
+			check = backward(label)
+		case opBrTable:
+			var targets int
+			if targets, err = r.count(1); err != nil {
+				break
+			}
+			for range targets + 1 {
+				var label uint32
+				if label, err = r.u32(); err != nil {
+					break
+				}
+				check = check || backward(label)
+			}
+		case opTryTable:
+			// A catch clause naming a loop branches back to it when the
+			// body throws; the check then goes at the start of the body,
+			// which every such iteration enters anew.
+			var labels []uint32
+			labels, err = r.tryTableLabels()
+			for _, l := range labels {
+				if backward(l) {
+					p.copyTo(r.off)
+					p.dst = append(p.dst, ins.check...)
+					break
+				}
+			}
 		default:
 			err = r.instr(at, op)
 		}
 		if err != nil {
 			return err
 		}
+		if check {
+			p.copyTo(at)
+			p.dst = append(p.dst, ins.check...)
+		}
 		switch op {
 		case opBlock, opIf, opTry, opTryTable:
-			depth++
+			loops = append(loops, false)
 		case opLoop:
-			depth++
-			p.copyTo(r.off)
-			p.dst = append(p.dst, ins.check...)
+			loops = append(loops, true)
 		case opEnd, opDelegate:
-			if depth == 0 {
+			if len(loops) == 0 {
 				if op == opDelegate || r.off != r.end {
 					return fmt.Errorf("unbalanced %#02x at offset %d", op, at)
 				}
 				p.copyTo(r.end)
 				return nil
 			}
-			depth--
+			loops = loops[:len(loops)-1]
 		}
 	}
 	return fmt.Errorf("missing end at offset %d", r.end)

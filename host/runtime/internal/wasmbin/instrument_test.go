@@ -38,8 +38,8 @@ func goldenCases() []goldenCase {
 				sec(SectionGlobal, vec(budgetGlobal)),
 				sec(SectionExport, vec(budgetExport(0))),
 				sec(SectionCode, vec(body(noLocals, cat(
-					[]byte{0x03, 0x40}, checkOf(0, 0),
-					[]byte{0x20, 0x00, 0x0d, 0x00, 0x0b, 0x0b})...))),
+					[]byte{0x03, 0x40, 0x20, 0x00}, checkOf(0, 0),
+					[]byte{0x0d, 0x00, 0x0b, 0x0b})...))),
 			),
 		},
 		{
@@ -57,7 +57,7 @@ func goldenCases() []goldenCase {
 					[]byte{i64, 0x00, 0x42, 0x07, 0x0b},
 				)),
 				sec(SectionExport, vec(cat(str("run"), []byte{0x00, 0x01}))),
-				sec(SectionCode, vec(body(noLocals, 0x03, 0x40, 0x0b, 0x0b))),
+				sec(SectionCode, vec(body(noLocals, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b))),
 				custom("name"),
 				custom(".debug_info", 0x01, 0x02),
 				custom("wasp.other", 0x2a),
@@ -77,7 +77,7 @@ func goldenCases() []goldenCase {
 					budgetGlobal,
 				)),
 				sec(SectionExport, vec(cat(str("run"), []byte{0x00, 0x02}), budgetExport(3))),
-				sec(SectionCode, vec(body(noLocals, cat([]byte{0x03, 0x40}, checkOf(3, 1), []byte{0x0b, 0x0b})...))),
+				sec(SectionCode, vec(body(noLocals, cat([]byte{0x03, 0x40}, checkOf(3, 1), []byte{0x0c, 0x00, 0x0b, 0x0b})...))),
 				custom("wasp.other", 0x2a),
 			),
 		},
@@ -109,13 +109,22 @@ func goldenCases() []goldenCase {
 			),
 		},
 		{
-			name: "nested and sequential loops",
+			name: "branches back to loops and out of blocks",
 			in: module(
 				sec(SectionType, vec(voidType)),
 				sec(SectionFunction, vec(u(0), u(0))),
 				sec(SectionCode, vec(
-					body(noLocals, 0x03, 0x40, 0x03, 0x40, 0x0b, 0x0b, 0x0b),
-					body(noLocals, 0x03, 0x40, 0x0b, 0x02, 0x40, 0x03, 0x40, 0x0b, 0x0b, 0x0b),
+					body(noLocals,
+						0x03, 0x40, 0x03, 0x40, // loop loop
+						0x41, 0x00, 0x0d, 0x01, // br_if 1 (outer loop)
+						0x0b, 0x0b, 0x0b),
+					body(noLocals,
+						0x03, 0x40, 0x0b, // loop end: no branch, no check
+						0x02, 0x40, 0x03, 0x40, // block loop
+						0x41, 0x00, 0x0d, 0x01, // br_if 1 (block): forwards
+						0x41, 0x00, 0x0d, 0x00, // br_if 0 (loop): backwards
+						0x41, 0x00, 0x0d, 0x02, // br_if 2 (function): returns
+						0x0b, 0x0b, 0x0b),
 				)),
 			),
 			want: module(
@@ -126,13 +135,12 @@ func goldenCases() []goldenCase {
 				sec(SectionExport, vec(budgetExport(0))),
 				sec(SectionCode, vec(
 					body(noLocals, cat(
-						[]byte{0x03, 0x40}, checkOf(0, 0),
-						[]byte{0x03, 0x40}, checkOf(0, 0),
-						[]byte{0x0b, 0x0b, 0x0b})...),
+						[]byte{0x03, 0x40, 0x03, 0x40, 0x41, 0x00}, checkOf(0, 0),
+						[]byte{0x0d, 0x01, 0x0b, 0x0b, 0x0b})...),
 					body(noLocals, cat(
-						[]byte{0x03, 0x40}, checkOf(0, 0),
-						[]byte{0x0b, 0x02, 0x40, 0x03, 0x40}, checkOf(0, 0),
-						[]byte{0x0b, 0x0b, 0x0b})...),
+						[]byte{0x03, 0x40, 0x0b, 0x02, 0x40, 0x03, 0x40},
+						[]byte{0x41, 0x00, 0x0d, 0x01, 0x41, 0x00}, checkOf(0, 0),
+						[]byte{0x0d, 0x00, 0x41, 0x00, 0x0d, 0x02, 0x0b, 0x0b, 0x0b})...),
 				)),
 			),
 		},
@@ -143,7 +151,7 @@ func goldenCases() []goldenCase {
 				sec(SectionFunction, vec(u(0))),
 				sec(SectionCode, vec(body(vec(cat(u(1), []byte{i64})),
 					0x41, 0x07, // i32.const 7
-					0x03, 0x01, 0x0b, // loop (type 1) end
+					0x03, 0x01, 0x41, 0x00, 0x0d, 0x00, 0x0b, // loop (type 1) br_if 0 end
 					0x03, 0x81, 0x00, 0x0b, // loop (type 1, padded LEB) end
 					0x1a, 0x0b))), // drop end
 			),
@@ -154,9 +162,8 @@ func goldenCases() []goldenCase {
 				sec(SectionGlobal, vec(budgetGlobal)),
 				sec(SectionExport, vec(budgetExport(0))),
 				sec(SectionCode, vec(body(vec(cat(u(1), []byte{i64})), cat(
-					[]byte{0x41, 0x07, 0x03, 0x01}, checkOf(0, 0),
-					[]byte{0x0b, 0x03, 0x81, 0x00}, checkOf(0, 0),
-					[]byte{0x0b, 0x1a, 0x0b})...))),
+					[]byte{0x41, 0x07, 0x03, 0x01, 0x41, 0x00}, checkOf(0, 0),
+					[]byte{0x0d, 0x00, 0x0b, 0x03, 0x81, 0x00, 0x0b, 0x1a, 0x0b})...))),
 			),
 		},
 		{
@@ -180,9 +187,9 @@ func goldenCases() []goldenCase {
 				sec(SectionGlobal, vec(budgetGlobal)),
 				sec(SectionExport, vec(budgetExport(0))),
 				sec(SectionCode, vec(body(noLocals, cat(
-					[]byte{0x02, 0x40, 0x02, 0x40, 0x03, 0x40}, checkOf(0, 0),
+					[]byte{0x02, 0x40, 0x02, 0x40, 0x03, 0x40},
 					[]byte{0x41, 0x03, 0x1a, 0x41, 0x00, 0x29, 0x03, 0x03, 0x1a},
-					[]byte{0x20, 0x00, 0x0e, 0x03, 0x00, 0x01, 0x03, 0x02},
+					[]byte{0x20, 0x00}, checkOf(0, 0), []byte{0x0e, 0x03, 0x00, 0x01, 0x03, 0x02},
 					[]byte{0x0b, 0x0b, 0x0b, 0x0b})...))),
 			),
 		},
@@ -551,13 +558,23 @@ func TestInstrumentDecodesExtensions(t *testing.T) {
 			0x0a,
 		}},
 		{name: "typed function references", code: []byte{0xd3, 0xd4, 0x03, 0xd5, 0xd6, 0x03}},
+		{
+			name: "try_table catching into a loop",
+			code: []byte{0x03, 0x40, 0x1f, 0x40, 0x02, 0x00, 0x00, 0x01, 0x02, 0x00, 0x0b, 0x0b}, // loop try_table (catch 0 1) (catch_all 0) end end
+			want: cat([]byte{0x03, 0x40, 0x1f, 0x40, 0x02, 0x00, 0x00, 0x01, 0x02, 0x00}, checkOf(0, 0), []byte{0x0b, 0x0b}),
+		},
+		{
+			name: "br_on_null and br_on_non_null to a loop",
+			code: []byte{0x03, 0x40, 0xd0, 0x70, 0xd4, 0x00, 0x1a, 0xd0, 0x70, 0xd6, 0x00, 0x0b},
+			want: cat([]byte{0x03, 0x40, 0xd0, 0x70}, checkOf(0, 0), []byte{0xd4, 0x00, 0x1a, 0xd0, 0x70}, checkOf(0, 0), []byte{0xd6, 0x00, 0x0b}),
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			in := module(
 				sec(SectionType, vec(functype(nil, nil))),
 				sec(SectionFunction, vec(u(0))),
-				sec(SectionCode, vec(body(noLocals, cat(tt.code, []byte{0x03, 0x40, 0x0b, 0x0b})...))),
+				sec(SectionCode, vec(body(noLocals, cat(tt.code, []byte{0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b})...))),
 			)
 			got, err := Instrument(in)
 			if err != nil {
@@ -573,7 +590,7 @@ func TestInstrumentDecodesExtensions(t *testing.T) {
 				sec(SectionFunction, vec(u(0))),
 				sec(SectionGlobal, vec(budgetGlobal)),
 				sec(SectionExport, vec(budgetExport(0))),
-				sec(SectionCode, vec(body(noLocals, cat(code, []byte{0x03, 0x40}, checkOf(0, 0), []byte{0x0b, 0x0b})...))),
+				sec(SectionCode, vec(body(noLocals, cat(code, []byte{0x03, 0x40}, checkOf(0, 0), []byte{0x0c, 0x00, 0x0b, 0x0b})...))),
 			)
 			if !bytes.Equal(got, want) {
 				t.Fatalf("Instrument:\n got %x\nwant %x", got, want)

@@ -19,6 +19,11 @@ const (
 	opEnd         = 0x0b
 	opDelegate    = 0x18 // legacy exception handling; ends a try
 	opTryTable    = 0x1f
+	opBr          = 0x0c
+	opBrIf        = 0x0d
+	opBrTable     = 0x0e
+	opBrOnNull    = 0xd4
+	opBrOnNonNull = 0xd6
 	opGlobalGet   = 0x23
 	opUnreachable = 0x00
 	opPrefixGC    = 0xfb
@@ -172,32 +177,44 @@ func (r *reader) blockType() error {
 // tryTable skips the immediates of try_table: a block type and a vector of
 // catch clauses.
 func (r *reader) tryTable() error {
+	_, err := r.tryTableLabels()
+	return err
+}
+
+// tryTableLabels reads the immediates of try_table and returns the labels
+// its catch clauses branch to.
+func (r *reader) tryTableLabels() ([]uint32, error) {
 	if err := r.blockType(); err != nil {
-		return err
+		return nil, err
 	}
 	n, err := r.count(2)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var labels []uint32
 	for range n {
 		at := r.off
 		kind, err := r.byte()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		switch kind {
 		case 0x00, 0x01: // catch, catch_ref: tag, label
-			err = r.u32s(2)
-		case 0x02, 0x03: // catch_all, catch_all_ref: label
 			_, err = r.u32()
+		case 0x02, 0x03: // catch_all, catch_all_ref: label
 		default:
-			return fmt.Errorf("try_table catch kind %#x at offset %d: unknown", kind, at)
+			return nil, fmt.Errorf("try_table catch kind %#x at offset %d: unknown", kind, at)
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
+		label, err := r.u32()
+		if err != nil {
+			return nil, err
+		}
+		labels = append(labels, label)
 	}
-	return nil
+	return labels, nil
 }
 
 // miscInstr skips a 0xfc-prefixed instruction: saturating truncation and
