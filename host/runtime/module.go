@@ -90,18 +90,32 @@ type Module struct {
 // the metadata section, the exports each declared stage needs, and that the
 // only imports are WASI's. It then compiles the module and creates one
 // instance, which runs the module's initialisation.
-func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Limits) (*Module, error) {
+func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Limits) (_ *Module, err error) {
+	// Module bytes come from operators and registries. Whatever a parser,
+	// the instrumenter or wazero's compiler does with a hostile binary, it
+	// must not take the node's proxy down with it.
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("module %q: %w: rejected while loading: %v", name, ErrInvalidModule, p)
+		}
+	}()
 	limits = limits.withDefaults()
 	digest := Digest(wasm)
 	meta, err := Inspect(wasm)
 	if err != nil {
 		return nil, fmt.Errorf("module %q: %w", name, err)
 	}
+	// Instrumenting decodes every function body and bounds what wazero's
+	// decoder would otherwise allocate from the module's own counts, so it
+	// runs in either interrupt mode; its output is used only when the mode
+	// asks for it.
+	instrumented, err := wasmbin.Instrument(wasm)
+	if err != nil {
+		return nil, fmt.Errorf("module %q: %w: %w", name, ErrInvalidModule, err)
+	}
 	bin := wasm
 	if r.cfg.Interrupt == InterruptInstrument {
-		if bin, err = wasmbin.Instrument(wasm); err != nil {
-			return nil, fmt.Errorf("module %q: %w: instrument: %w", name, ErrInvalidModule, err)
-		}
+		bin = instrumented
 	}
 	pages := uint32(min(limits.MemoryBytes/pageSize, 65536))
 	engine, compiled, err := r.compile(ctx, pages, digest, bin)

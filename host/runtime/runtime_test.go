@@ -389,3 +389,48 @@ func TestCompilationCache(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileModules: binaries whose counts would make wazero's decoder
+// allocate without bound are refused before they reach it. Without that
+// check these cases do not fail: they kill the test process.
+func TestHostileModules(t *testing.T) {
+	sec := func(id byte, payload ...byte) []byte { return append([]byte{id, byte(len(payload))}, payload...) }
+	name := func(s string) []byte { return append([]byte{byte(len(s))}, s...) }
+	exports := []byte{4}
+	for _, e := range []string{"wasp_abi_v1", "wasp_buffer", "memory", "wasp_topology"} {
+		exports = append(exports, name(e)...)
+		exports = append(exports, 0, 0)
+	}
+	meta := []byte(`{"name":"hostile","version":"0.0.1","abi":1,"stages":["topology"]}`)
+	custom := append(name(abi.MetadataSection), meta...)
+	build := func(global, code []byte) []byte {
+		b := []byte{0, 'a', 's', 'm', 1, 0, 0, 0}
+		b = append(b, sec(1, 1, 0x60, 0, 0)...) // type () -> ()
+		b = append(b, sec(3, 1, 0)...)          // one function
+		b = append(b, global...)
+		b = append(b, sec(7, exports...)...)
+		b = append(b, sec(10, code...)...)
+		b = append(b, 0, byte(len(custom)))
+		return append(b, custom...)
+	}
+	huge := []byte{0xf0, 0xff, 0xff, 0xff, 0x0f} // 4,294,967,280
+	tests := []struct {
+		name string
+		wasm []byte
+		want string
+	}{
+		{"global count", build(sec(6, append(huge, 0x7f)...), []byte{1, 2, 0, 0x0b}), "exceeds"},
+		{"locals count", build(nil, append([]byte{1, 8, 1}, append(huge, 0x7f, 0x0b)...)), "locals"},
+	}
+	for _, mode := range []runtime.Config{{}, {Interrupt: runtime.InterruptCloseOnContextDone}} {
+		r := newRuntime(t, mode)
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				_, err := r.Load(context.Background(), "hostile", tc.wasm, runtime.Limits{})
+				if !errors.Is(err, runtime.ErrInvalidModule) || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("got %v, want ErrInvalidModule containing %q", err, tc.want)
+				}
+			})
+		}
+	}
+}

@@ -21,6 +21,9 @@ const (
 	YieldFunc   = "yield"
 )
 
+// MaxLocals is the most locals Instrument accepts in one function.
+const MaxLocals = 50000
+
 // ErrInstrumented is returned by Instrument for a module that already
 // exports BudgetGlobal or imports YieldModule.YieldFunc.
 var ErrInstrumented = errors.New("wasm: module already instrumented (exports " + BudgetGlobal + " or imports " + YieldModule + "." + YieldFunc + ")")
@@ -599,9 +602,17 @@ func (ins *instrumenter) body(p *patcher) error {
 	if err != nil {
 		return fmt.Errorf("locals: %w", err)
 	}
+	var locals uint64
 	for range n {
-		if _, err := r.u32(); err != nil {
+		c, err := r.u32()
+		if err != nil {
 			return fmt.Errorf("locals: %w", err)
+		}
+		// Engines cap a function's locals (V8 and SpiderMonkey at 50,000);
+		// wazero allocates them up front, so an absurd count would exhaust
+		// the host's memory.
+		if locals += uint64(c); locals > MaxLocals {
+			return fmt.Errorf("locals: more than %d", MaxLocals)
 		}
 		if err := r.valType(); err != nil {
 			return fmt.Errorf("locals: %w", err)

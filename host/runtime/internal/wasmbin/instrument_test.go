@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -638,7 +639,15 @@ func FuzzInstrument(f *testing.F) {
 	ctx := context.Background()
 	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter().WithCoreFeatures(allFeatures))
 	defer rt.Close(ctx)
-	valid := func(wasm []byte) error {
+	valid := func(wasm []byte) (err error) {
+		// wazero's decoder panics on some malformed inputs (huge local
+		// counts); the host recovers from that in runtime.Load, and here it
+		// counts as a rejection.
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("wazero panicked: %v", r)
+			}
+		}()
 		if !boundedLEBs(wasm) {
 			// wazero's decoder preallocates from vector counts it has not
 			// checked against the input size; a fuzzed count of 2^32 makes

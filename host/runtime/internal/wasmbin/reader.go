@@ -206,6 +206,16 @@ func Parse(b []byte) (*Module, error) {
 	for _, s := range m.Sections {
 		var err error
 		switch s.ID {
+		case SectionType, SectionFunction, SectionTable, SectionMemory, SectionGlobal,
+			SectionElement, SectionCode, SectionData:
+			// Every entry of these vectors takes at least one byte. A count
+			// larger than the section is a lie that makes decoders which
+			// preallocate from it (wazero's does) exhaust the process's
+			// memory before they notice, so refuse it here.
+			r := s.payloadReader(b)
+			if _, err = r.count(1); err != nil {
+				err = s.errorf("%w", err)
+			}
 		case SectionImport:
 			m.Imports, err = parseImports(b, s)
 		case SectionExport:
