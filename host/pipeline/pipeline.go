@@ -142,6 +142,7 @@ func (p *Pipeline) Run(ctx context.Context, node abi.Node, ports []Port) []Resul
 			break
 		}
 		errs := p.runStage(ctx, stage, node, sps, live, decisions)
+		nfailed, first := 0, -1
 		for k, err := range errs {
 			if err == nil {
 				continue
@@ -152,6 +153,15 @@ func (p *Pipeline) Run(ctx context.Context, node abi.Node, ports []Port) []Resul
 			if o := p.opts.Observer; o != nil {
 				o.PortFailed(stage, ports[i].Key, results[i].Source, err)
 			}
+			if nfailed++; first < 0 {
+				first = i
+			}
+		}
+		if nfailed > 0 {
+			// One line per stage and sync, however many ports failed.
+			klog.FromContext(ctx).Info("Module failed for service ports; they keep their last good decision or the builtin semantics",
+				"stage", stage.String(), "ports", nfailed, "reason", runtime.ReasonOf(results[first].Err),
+				"servicePort", ports[first].Key, "err", results[first].Err)
 		}
 	}
 	for i := range n {
