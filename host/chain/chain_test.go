@@ -1,0 +1,94 @@
+package chain_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/host/chain"
+	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/modules"
+)
+
+func TestParseSpec(t *testing.T) {
+	tests := []struct {
+		in      string
+		stage   abi.Stage
+		source  string
+		wantErr string
+	}{
+		{"topology=builtin:topology", abi.StageTopology, "builtin:topology", ""},
+		{"endpoint-selection=./m.wasm", abi.StageEndpointSelection, "./m.wasm", ""},
+		{"traffic-policy=file:///a=b.wasm", abi.StageTrafficPolicy, "file:///a=b.wasm", ""},
+		{"topology", 0, "", "want STAGE=SOURCE"},
+		{"topology=", 0, "", "want STAGE=SOURCE"},
+		{"routing=x.wasm", 0, "", `unknown stage "routing"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			s, err := chain.ParseSpec(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %v, want an error containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || s.Stage != tc.stage || s.Source != tc.source {
+				t.Fatalf("got %+v, %v", s, err)
+			}
+		})
+	}
+}
+
+func TestRead(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.wasm")
+	if err := os.WriteFile(path, []byte("bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{path, "file://" + path} {
+		if b, err := chain.Read(src); err != nil || string(b) != "bytes" {
+			t.Errorf("%s: %q, %v", src, b, err)
+		}
+	}
+	want, _ := modules.Wasm("topology")
+	if b, err := chain.Read("builtin:topology"); err != nil || len(b) != len(want) {
+		t.Errorf("builtin:topology: %d bytes, %v", len(b), err)
+	}
+	for src, msg := range map[string]string{
+		"builtin:nope":               `no builtin module "nope"`,
+		"oci://r/m@sha256:00":        `scheme "oci" is not supported`,
+		filepath.Join(dir, "absent"): "no such file",
+	} {
+		if _, err := chain.Read(src); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%s: got %v, want %q", src, err, msg)
+		}
+	}
+}
+
+// TestLoadWrongStage: a module assigned to a stage it does not implement is
+// refused with both names in the error.
+func TestLoadWrongStage(t *testing.T) {
+	rt, err := runtime.New(runtime.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	_, err = chain.Load(context.Background(), rt, []chain.Spec{{Stage: abi.StageTopology, Source: "builtin:selection"}})
+	if err == nil || !strings.Contains(err.Error(), "stage topology") || !strings.Contains(err.Error(), "endpoint-selection") {
+		t.Fatalf("got %v", err)
+	}
+	c, err := chain.Load(context.Background(), rt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, s := range abi.Stages {
+		if c.Modules[s] == nil || !c.Modules[s].Metadata.Implements(s) || !strings.HasPrefix(c.Sources[s], "builtin:") {
+			t.Errorf("stage %s: %v from %q", s, c.Modules[s], c.Sources[s])
+		}
+	}
+}
