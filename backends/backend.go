@@ -1,0 +1,90 @@
+// Package backends is the contract between wasp's sync loop and the code
+// that programs a node's kernel: the desired State of every service port,
+// and the small Backend interface each dataplane (nftables, iptables, ipvs,
+// Windows HNS) implements. It is pure data and imports no kernel code;
+// cmd/wasp wires a concrete backend in.
+package backends
+
+import (
+	"context"
+	"net/netip"
+)
+
+// Backend programs a node's dataplane from a desired State. Sync is
+// idempotent: calling it again with the same State changes nothing.
+type Backend interface {
+	// Sync makes the dataplane match s. On error the previous dataplane
+	// stays in place as far as the backend can ensure; the caller retries
+	// with a full resync.
+	Sync(ctx context.Context, s *State) error
+	// Cleanup removes everything the backend ever programmed.
+	Cleanup(ctx context.Context) error
+	// Close releases the backend's resources, leaving the dataplane as is.
+	Close() error
+}
+
+// Family is an IP family.
+type Family uint8
+
+const (
+	IPv4 Family = 4
+	IPv6 Family = 6
+)
+
+// State is the complete desired dataplane of one IP family on a node.
+type State struct {
+	Family Family
+	// NodePortAddresses are the node addresses NodePorts answer on; empty
+	// means every local address.
+	NodePortAddresses []netip.Addr
+	// ServiceCIDRs are the cluster's Service IP ranges: traffic to an
+	// unallocated address inside them is dropped.
+	ServiceCIDRs []netip.Prefix
+	// ClusterCIDRs are the pod ranges, for local-traffic detection; empty
+	// disables it.
+	ClusterCIDRs []netip.Prefix
+	// MasqueradeAll masquerades all traffic to ClusterIPs.
+	MasqueradeAll bool
+	// Services are the service ports, sorted by Key.
+	Services []Service
+}
+
+// Service is one service port's desired dataplane.
+type Service struct {
+	// Key identifies the service port: "namespace/name:port/PROTO/family".
+	Key       string
+	Namespace string
+	Name      string
+	PortName  string
+	Protocol  string // TCP, UDP or SCTP
+
+	ClusterIP                netip.Addr
+	Port                     uint16
+	NodePort                 uint16 // 0: none
+	ExternalIPs              []netip.Addr
+	LoadBalancerVIPs         []netip.Addr
+	LoadBalancerSourceRanges []netip.Prefix
+	// AffinityTimeout is the ClientIP session affinity timeout in seconds;
+	// 0 means no affinity.
+	AffinityTimeout     uint32
+	HealthCheckNodePort uint16 // 0: none
+
+	InternalPolicyLocal bool
+	ExternalPolicyLocal bool
+
+	// HasAnyEndpoints, Cluster and Local are the module chain's decision.
+	// A nil set is not used by the traffic policy; an empty one is used
+	// and has no endpoint. With HasAnyEndpoints false the service rejects;
+	// with it true but the policy's set empty or nil, it drops.
+	HasAnyEndpoints bool
+	Cluster         []Endpoint
+	Local           []Endpoint
+}
+
+// Endpoint is a backend the dataplane may send a new connection to, with
+// the weight the endpoint-selection stage gave it.
+type Endpoint struct {
+	Addr   netip.Addr
+	Port   uint16
+	Weight uint32 // >= 1
+}
