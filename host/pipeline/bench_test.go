@@ -87,7 +87,7 @@ func BenchmarkSingleService(b *testing.B) {
 }
 
 // TestGuestMemoryFlat runs 100 full batches and requires the guests'
-// linear memory to stop growing after the first few: the SDK reuses its
+// linear memory to stop growing after the first ten: the SDK reuses its
 // buffers and allocates nothing per endpoint.
 func TestGuestMemoryFlat(t *testing.T) {
 	if testing.Short() {
@@ -102,18 +102,18 @@ func TestGuestMemoryFlat(t *testing.T) {
 		}
 		return s
 	}
-	for range 5 {
+	for range 10 {
 		p.Run(context.Background(), node, ps)
 	}
-	after5 := size()
-	for range 95 {
+	after10 := size()
+	for range 90 {
 		p.Run(context.Background(), node, ps)
 	}
 	after100 := size()
 	for _, st := range abi.Stages {
-		t.Logf("%s: %d MiB after 5 batches, %d MiB after 100", st, after5[st]>>20, after100[st]>>20)
-		if after100[st] != after5[st] {
-			t.Errorf("%s: linear memory grew from %d to %d bytes between batch 5 and 100", st, after5[st], after100[st])
+		t.Logf("%s: %d MiB after 10 batches, %d MiB after 100", st, after10[st]>>20, after100[st]>>20)
+		if after100[st] != after10[st] {
+			t.Errorf("%s: linear memory grew from %d to %d bytes between batch 10 and 100", st, after10[st], after100[st])
 		}
 		if r := mods[st].Stats().Recycled; r != 0 {
 			t.Errorf("%s: %d instances recycled; memory must stay under the recycle threshold", st, r)

@@ -18,7 +18,11 @@ func abiV1() {}
 //go:wasmexport wasp_buffer
 func buffer(size uint32) uint32 {
 	if uint32(cap(inbuf)) < size || cap(inbuf) == 0 {
-		inbuf = make([]byte, max(size, 64<<10))
+		// A quarter of headroom: batches of one sync differ a little in
+		// size, and each reallocation leaves garbage behind that grows the
+		// heap, and with it linear memory, for good.
+		inbuf = nil
+		inbuf = make([]byte, max(size+size/4, 64<<10))
 	}
 	return uint32(uintptr(unsafe.Pointer(unsafe.SliceData(inbuf))))
 }
