@@ -5,6 +5,7 @@
 #   make check     gofmt, go vet, staticcheck, cross-builds, go mod tidy
 #   make modules   rebuild the embedded default modules from their sources
 #   make bench     the hot-path benchmarks (see docs/performance.md)
+#   make e2e       end-to-end tests against a real etcd + kube-apiserver (see test/README.md)
 
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -12,7 +13,7 @@ PLATFORMS   := linux/amd64 linux/arm64 windows/amd64
 MODULES     := topology trafficpolicy selection
 BENCHTIME   ?= 10x
 
-.PHONY: all explain build test unit check fmt vet lint cross tidy modules modules-check bench clean
+.PHONY: all explain build test unit e2e check fmt vet lint cross tidy modules modules-check bench clean
 
 all: check unit
 
@@ -26,6 +27,10 @@ test: check modules-check unit
 
 unit:
 	$(GO) test -count=1 ./...
+	cd test && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+e2e: ## The end-to-end tests against a real etcd and kube-apiserver (builds them once: minutes).
+	cd test && WASP_E2E=1 $(GO) test -count=1 -v -timeout 40m ./...
 
 check: fmt vet lint cross tidy
 
