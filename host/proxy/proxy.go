@@ -126,7 +126,7 @@ func newProxy(opts Opts, c clock.Clock) (*Proxy, error) {
 		errs = append(errs, errors.New("backends: at least one required"))
 	}
 	for f, b := range opts.Backends {
-		if _, ok := k8sFamily(f); !ok {
+		if _, ok := state.KubernetesFamily(f); !ok {
 			errs = append(errs, fmt.Errorf("backends[%d]: unknown IP family", f))
 		} else if b == nil {
 			errs = append(errs, fmt.Errorf("backends[%d]: nil backend", f))
@@ -260,7 +260,7 @@ func (p *Proxy) sync(ctx context.Context) error {
 func (p *Proxy) input() (model.Input, error) {
 	in := model.Input{NodeName: p.opts.NodeName}
 	for _, f := range p.families {
-		kf, _ := k8sFamily(f)
+		kf, _ := state.KubernetesFamily(f)
 		in.Families = append(in.Families, kf)
 	}
 	var err error
@@ -282,18 +282,8 @@ func (p *Proxy) input() (model.Input, error) {
 	return in, nil
 }
 
-func k8sFamily(f backends.Family) (v1.IPFamily, bool) {
-	switch f {
-	case backends.IPv4:
-		return v1.IPv4Protocol, true
-	case backends.IPv6:
-		return v1.IPv6Protocol, true
-	}
-	return "", false
-}
-
 func familyName(f backends.Family) string {
-	kf, ok := k8sFamily(f)
+	kf, ok := state.KubernetesFamily(f)
 	if !ok {
 		return fmt.Sprintf("family%d", f)
 	}

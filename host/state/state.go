@@ -66,7 +66,7 @@ func Build(family backends.Family, opts Options, ports []model.ServicePort, resu
 		ClusterCIDRs:      prefixesOf(family, opts.ClusterCIDRs),
 		MasqueradeAll:     opts.MasqueradeAll,
 	}
-	kf, ok := k8sFamily(family)
+	kf, ok := KubernetesFamily(family)
 	if !ok {
 		return s
 	}
@@ -167,7 +167,8 @@ func portOf(p int32) uint16 {
 	return uint16(p)
 }
 
-func k8sFamily(f backends.Family) (v1.IPFamily, bool) {
+// KubernetesFamily returns the Kubernetes name of a backend family.
+func KubernetesFamily(f backends.Family) (v1.IPFamily, bool) {
 	switch f {
 	case backends.IPv4:
 		return v1.IPv4Protocol, true
