@@ -93,10 +93,7 @@ func (e *Encoder) Encode(dst []byte, b *Batch) ([]byte, error) {
 	buf := dst[start:]
 	clear(buf[:fixed]) // reserved fields and padding are zero
 	e.strings = buf[fixed:fixed]
-	e.last = [2]struct {
-		s   string
-		ref uint64
-	}{}
+	clear(e.last[:])
 
 	le.PutUint32(buf[hdrMagic:], InputMagic)
 	le.PutUint16(buf[hdrVersion:], Version)

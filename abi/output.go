@@ -194,7 +194,7 @@ func DecodeOutput(out []byte, b *Batch, results []Result) ([]Result, error) {
 				return nil, fmt.Errorf("%w: record %d: truncated", ErrMalformedOutput, i)
 			}
 			res.Mode = TopologyMode(mode)
-			if res.Eligible, pool, err = r.set(pool, nep); err != nil {
+			if res.Eligible, pool, err = r.set(pool); err != nil {
 				return nil, fmt.Errorf("%w: record %d: %w", ErrMalformedOutput, i, err)
 			}
 			switch {
@@ -210,7 +210,7 @@ func DecodeOutput(out []byte, b *Batch, results []Result) ([]Result, error) {
 			}
 			res.HasAnyEndpoints = flags&DecisionFlagHasAnyEndpoints != 0
 			for _, s := range []*Indices{&res.Cluster, &res.Local, &res.All} {
-				if *s, pool, err = r.set(pool, nep); err != nil {
+				if *s, pool, err = r.set(pool); err != nil {
 					return nil, fmt.Errorf("%w: record %d: %w", ErrMalformedOutput, i, err)
 				}
 			}
@@ -329,7 +329,7 @@ func (r *reader) u32() (uint32, bool) {
 
 // set reads a count and that many indices into pool, returning the set as a
 // capacity-limited sub-slice of pool. Range and order are checked later.
-func (r *reader) set(pool []uint32, _ uint32) (Indices, []uint32, error) {
+func (r *reader) set(pool []uint32) (Indices, []uint32, error) {
 	n, ok := r.u32()
 	if !ok {
 		return nil, pool, errors.New("truncated set")
