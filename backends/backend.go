@@ -79,6 +79,12 @@ type Service struct {
 	HasAnyEndpoints bool
 	Cluster         []Endpoint
 	Local           []Endpoint
+
+	// Serving are the distinct addresses of every serving endpoint of the
+	// service port, sorted, whatever the traffic policy, topology or
+	// module chain chose: connection tracking keeps a UDP flow only while
+	// its backend is one of them (upstream's conntrack reconciler).
+	Serving []netip.Addr
 }
 
 // Endpoint is a backend the dataplane may send a new connection to, with

@@ -103,7 +103,21 @@ func service(sp *model.ServicePort, r *pipeline.Result) backends.Service {
 		HasAnyEndpoints:          r.HasAnyEndpoints,
 		Cluster:                  endpoints(r.Cluster, r),
 		Local:                    endpoints(r.Local, r),
+		Serving:                  serving(sp.Endpoints),
 	}
+}
+
+// serving returns the sorted, distinct addresses of the serving endpoints;
+// nil when none.
+func serving(eps []abi.Endpoint) []netip.Addr {
+	var out []netip.Addr
+	for i := range eps {
+		if eps[i].Serving {
+			out = append(out, eps[i].Addr)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }
 
 // endpoints resolves a set of indices into weighted endpoints, keeping nil

@@ -119,6 +119,7 @@ func TestBuild(t *testing.T) {
 					s.HasAnyEndpoints = true
 					s.Cluster = []backends.Endpoint{bep("10.244.1.10", 3), bep("10.244.2.10", 1), bep("10.244.3.10", 65535)}
 					s.Local = []backends.Endpoint{bep("10.244.1.10", 3)}
+					s.Serving = []netip.Addr{ip("10.244.1.10"), ip("10.244.2.10"), ip("10.244.3.10")}
 				}),
 			}},
 		},
@@ -136,11 +137,14 @@ func TestBuild(t *testing.T) {
 				result(eps4, abi.Indices{0, 1, 2}, nil, w(0, 2), w(2, 0)),
 			},
 			want: &backends.State{Family: backends.IPv4, Services: []backends.Service{
+				// Serving ignores the decision: every serving endpoint counts.
 				with(svc("all-out", v1.IPv4Protocol, "10.96.0.11"), func(s *backends.Service) {
 					s.HasAnyEndpoints, s.Cluster, s.Local = true, []backends.Endpoint{}, []backends.Endpoint{}
+					s.Serving = []netip.Addr{ip("10.244.1.10"), ip("10.244.2.10"), ip("10.244.3.10")}
 				}),
 				with(svc("some-out", v1.IPv4Protocol, "10.96.0.12"), func(s *backends.Service) {
 					s.HasAnyEndpoints, s.Cluster = true, []backends.Endpoint{bep("10.244.1.10", 2)}
+					s.Serving = []netip.Addr{ip("10.244.1.10"), ip("10.244.2.10"), ip("10.244.3.10")}
 				}),
 			}},
 		},
@@ -152,6 +156,7 @@ func TestBuild(t *testing.T) {
 			want: &backends.State{Family: backends.IPv4, Services: []backends.Service{
 				with(svc("web", v1.IPv4Protocol, "10.96.0.10"), func(s *backends.Service) {
 					s.HasAnyEndpoints, s.Cluster = true, []backends.Endpoint{bep("10.244.1.10", 1)}
+					s.Serving = []netip.Addr{ip("10.244.1.10")}
 				}),
 			}},
 		},
@@ -181,6 +186,7 @@ func TestBuild(t *testing.T) {
 				Services: []backends.Service{
 					with(svc("dual", v1.IPv4Protocol, "10.96.0.70"), func(s *backends.Service) {
 						s.HasAnyEndpoints, s.Cluster = true, []backends.Endpoint{bep("10.244.1.10", 1)}
+						s.Serving = []netip.Addr{ip("10.244.1.10")}
 					}),
 				},
 			},
@@ -209,6 +215,7 @@ func TestBuild(t *testing.T) {
 						s.HasAnyEndpoints = true
 						s.Cluster = []backends.Endpoint{bep("fd00:10:244:1::10", 1), bep("fd00:10:244:2::10", 4)}
 						s.Local = []backends.Endpoint{bep("fd00:10:244:2::10", 4)}
+						s.Serving = []netip.Addr{ip("fd00:10:244:1::10"), ip("fd00:10:244:2::10")}
 					}),
 				},
 			},
@@ -427,5 +434,24 @@ func TestBuildSample(t *testing.T) {
 	results2 := pipeline.New(pipeline.Options{}).Run(context.Background(), m.Node, ports)
 	if again := state.Build(backends.IPv4, state.Options{}, m.Ports, results2); !reflect.DeepEqual(again, v4) {
 		t.Errorf("a second run built a different IPv4 state")
+	}
+}
+
+func TestBuildServing(t *testing.T) {
+	notServing := ep("10.244.3.10")
+	notServing.Ready, notServing.Serving, notServing.Terminating = false, false, true
+	terminating := ep("10.244.2.10")
+	terminating.Ready, terminating.Terminating = false, true
+	otherPort := ep("10.244.1.10")
+	otherPort.Port = 9090
+	eps := []abi.Endpoint{ep("10.244.1.10"), otherPort, terminating, notServing}
+
+	// The decision uses none of them: Serving does not depend on it.
+	s := state.Build(backends.IPv4, state.Options{},
+		[]model.ServicePort{port("web", v1.IPv4Protocol, "10.96.0.10", eps...)},
+		[]pipeline.Result{result(eps, nil, nil)})
+	want := []netip.Addr{ip("10.244.1.10"), ip("10.244.2.10")}
+	if got := s.Services[0].Serving; !reflect.DeepEqual(got, want) {
+		t.Errorf("Serving = %v, want %v (distinct, sorted, serving only)", got, want)
 	}
 }
