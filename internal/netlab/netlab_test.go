@@ -1,0 +1,99 @@
+//go:build linux
+
+package netlab
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func newLab(t *testing.T) *Lab {
+	t.Helper()
+	if err := Probe(); err != nil {
+		t.Skipf("network lab unavailable: %v", err)
+	}
+	lab, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lab.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return lab
+}
+
+func TestClusterRoutesAndEcho(t *testing.T) {
+	lab := newLab(t)
+	c, err := BuildCluster(lab, ClusterSpec{
+		Nodes: []NodeSpec{{Name: "node-a", Pods: []string{"web-1"}}, {Name: "node-b", Pods: []string{"web-2"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	tests := []struct {
+		name    string
+		from    *NS
+		network string
+		to      netip.Addr
+		want    string
+	}{
+		{"node to local pod, tcp", c.Nodes[0].NS, "tcp", c.Pod("web-1").IPv4, "web-1"},
+		{"node to remote pod, tcp", c.Nodes[0].NS, "tcp", c.Pod("web-2").IPv4, "web-2"},
+		{"pod to remote pod, udp", c.Pod("web-1").NS, "udp", c.Pod("web-2").IPv4, "web-2"},
+		{"pod to remote pod, tcp6", c.Pod("web-1").NS, "tcp", c.Pod("web-2").IPv6, "web-2"},
+		{"client to pod, routed through node-a", c.Client.NS, "tcp", c.Pod("web-1").IPv4, "web-1"},
+		{"client to pod, no such port", c.Client.NS, "tcp", c.Pod("web-1").IPv4, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+			defer acancel()
+			port := uint16(8080)
+			if tt.want == "" {
+				port = 9
+			}
+			got, err := tt.from.Ask(actx, tt.network, netip.AddrPortFrom(tt.to, port).String())
+			if tt.want == "" {
+				if err == nil {
+					t.Fatalf("port %d answered %q", port, got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Fatalf("answer %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCloseRemovesNamespaces(t *testing.T) {
+	lab := newLab(t)
+	ns, err := lab.AddNS("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ns.Path()); err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.Close(); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(netnsDir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), lab.prefix) {
+			t.Errorf("namespace %s left behind", e.Name())
+		}
+	}
+}
