@@ -20,9 +20,13 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// ServiceCIDR is the --service-cluster-ip-range of every control plane.
-// No traffic is ever sent to it from the host.
-const ServiceCIDR = "10.96.0.0/16"
+// ServiceCIDR and ServiceCIDR6 form the dual-stack
+// --service-cluster-ip-range of every control plane. No traffic is ever
+// sent to them from the host.
+const (
+	ServiceCIDR  = "10.96.0.0/16"
+	ServiceCIDR6 = "fd00:10:96::/112"
+)
 
 const (
 	// readyTimeout bounds each of etcd's and kube-apiserver's start-up;
@@ -131,7 +135,7 @@ func Start(ctx context.Context, t testing.TB) *ControlPlane {
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", filepath.Join(pkiDir, saPublicKeyFile),
 		"--service-account-signing-key-file", filepath.Join(pkiDir, saPrivateKeyFile),
-		"--service-cluster-ip-range", ServiceCIDR,
+		"--service-cluster-ip-range", ServiceCIDR+","+ServiceCIDR6,
 		"--authorization-mode", "RBAC",
 		// Otherwise the apiserver publishes its advertise address as the
 		// endpoint of the "kubernetes" Service, and loopback endpoints are

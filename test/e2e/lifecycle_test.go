@@ -1,0 +1,197 @@
+//go:build linux
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netns"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/wasp-proxy/wasp/internal/netlab"
+	fw "github.com/wasp-proxy/wasp/test/framework"
+)
+
+// TestLifecycle covers what happens around the dataplane: a custom module
+// choosing weights, restarting wasp under traffic, and wasp cleanup.
+func TestLifecycle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	env := fw.Setup(ctx, t)
+	s := &suite{env: env, ctx: ctx}
+
+	t.Run("weighted selection by a module", func(t *testing.T) { testWeighted(t, s) })
+	t.Run("restart keeps connections", func(t *testing.T) { testRestart(t, s) })
+	t.Run("cleanup leaves no trace", func(t *testing.T) { testCleanup(t, s) })
+}
+
+func testWeighted(t *testing.T, s *suite) {
+	wasm := filepath.Join(s.env.Dir, "heavy.wasm")
+	// Built on the host, where the Go toolchain and its caches are.
+	if out, err := exec.CommandContext(s.ctx, s.env.WaspBin, "module", "build", "testdata/heavy", "-o", wasm).CombinedOutput(); err != nil {
+		t.Fatalf("build the test module: %v\n%s", err, out)
+	}
+	w := s.env.StartWasp(t, "--module", "endpoint-selection="+wasm)
+	defer w.Stop()
+
+	ns := s.namespace(t)
+	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "heavy", Namespace: ns,
+		Annotations: map[string]string{"e2e.wasp.dev/heavy-node": fw.ProxyNode}})
+	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "b-1")...)
+	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
+	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
+
+	// 9:1 over n connections: a-1 is binomial(n, 0.9); accept ±5 standard
+	// deviations (sd = 9.5 for n = 1000), a false failure about once in
+	// 3.5 million runs, while equal weights (500) fail by far.
+	const n, p = 1000, 0.9
+	got := answers(t, s.client(), "tcp", ip, 80, n)
+	sd := math.Sqrt(n * p * (1 - p))
+	if d := math.Abs(float64(got["a-1"]) - n*p); d > 5*sd || got["a-1"]+got["b-1"] != n {
+		t.Fatalf("9:1 weights over %d connections gave %v, want a-1 within %.0f±%.0f", n, got, n*p, 5*sd)
+	}
+	t.Logf("9:1 weights over %d connections: %v (expected a-1 %.0f±%.0f)", n, got, n*p, 5*sd)
+}
+
+func testRestart(t *testing.T, s *suite) {
+	w := s.env.StartWasp(t)
+	ns := s.namespace(t)
+	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "restart", Namespace: ns})
+	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "a-2", "b-1")...)
+	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
+	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "a-2", "b-1")
+
+	// A long-lived connection and a stream of new ones keep going while
+	// wasp stops and starts again.
+	conn, err := s.client().Dial(s.ctx, "tcp", netip.AddrPortFrom(ip, 80).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	first, err := netlab.Request(s.ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu       sync.Mutex
+		failures []error
+		requests int
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // the established connection
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			ctx, cancel := context.WithTimeout(s.ctx, ask)
+			id, err := netlab.Request(ctx, conn)
+			cancel()
+			mu.Lock()
+			requests++
+			if err != nil || id != first {
+				failures = append(failures, fmt.Errorf("established connection: %q, %v (was %q)", id, err, first))
+			}
+			mu.Unlock()
+		}
+	}()
+	go func() { // new connections
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, err := fw.Ask(s.client(), "tcp", ip, 80, ask)
+			mu.Lock()
+			requests++
+			if err != nil {
+				failures = append(failures, fmt.Errorf("new connection: %v", err))
+			}
+			mu.Unlock()
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	w.Stop()
+	time.Sleep(300 * time.Millisecond)
+	w2 := s.env.StartWasp(t)
+	// The restarted wasp programs a change, so it did reconcile.
+	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "a-2", "b-1", "b-2")...)
+	expectOnlyEventually(t, s, ip, "a-1", "a-2", "b-1", "b-2")
+	close(stop)
+	wg.Wait()
+	if len(failures) > 0 {
+		t.Fatalf("%d of %d requests failed across the restart, first: %v", len(failures), requests, failures[0])
+	}
+	t.Logf("%d requests across the restart, none failed", requests)
+	w2.Stop()
+}
+
+func testCleanup(t *testing.T, s *suite) {
+	w := s.env.StartWasp(t)
+	ns := s.namespace(t)
+	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "gone", Namespace: ns, DualStack: true})
+	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1")...)
+	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
+	waitFor(t, s.client(), "tcp", ip, 80, "a-1")
+	if tables := waspTables(t, s); len(tables) == 0 {
+		t.Fatal("no wasp table while wasp runs")
+	}
+	w.Stop()
+	// Stopping leaves the dataplane in place.
+	if _, err := fw.Ask(s.client(), "tcp", ip, 80, ask); err != nil {
+		t.Fatalf("after wasp stopped, the Service should still work: %v", err)
+	}
+	if out, err := s.env.RunWasp(s.ctx, "cleanup"); err != nil {
+		t.Fatalf("wasp cleanup: %v\n%s", err, out)
+	}
+	if tables := waspTables(t, s); len(tables) != 0 {
+		t.Fatalf("after wasp cleanup, tables %v remain", tables)
+	}
+	if id, err := fw.Ask(s.client(), "tcp", ip, 80, dropWait); err == nil {
+		t.Fatalf("after wasp cleanup the ClusterIP still answers (%q)", id)
+	}
+	// Cleaning up twice is fine.
+	if out, err := s.env.RunWasp(s.ctx, "cleanup"); err != nil {
+		t.Fatalf("second wasp cleanup: %v\n%s", err, out)
+	}
+}
+
+// waspTables lists the nftables tables named wasp in the proxy node.
+func waspTables(t *testing.T, s *suite) []string {
+	t.Helper()
+	h, err := netns.GetFromPath(s.env.ProxyNS().Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	c, err := nftables.New(nftables.WithNetNSFd(int(h)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := c.ListTables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, tb := range tables {
+		if tb.Name == "wasp" {
+			out = append(out, fmt.Sprintf("%v %s", tb.Family, tb.Name))
+		}
+	}
+	return out
+}
