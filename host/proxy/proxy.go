@@ -1,26 +1,3 @@
-// Package proxy is wasp's sync loop: the seam between the Kubernetes watch
-// and the dataplane. A Proxy watches Services and EndpointSlices (without
-// those model.LabelSelector excludes) and the local Node, and on every
-// change programs each IP family's backend with the node's desired state:
-//
-//	listers -> model.Build -> pipeline.Run -> state.Build (per family) -> Backend.Sync
-//
-// Like upstream kube-proxy:
-//   - nothing is programmed before every informer's cache has synced, so a
-//     partial view of the cluster never reaches the dataplane;
-//   - syncs are rate limited by a bounded-frequency runner: events coalesce,
-//     at most burst 2 syncs run back to back, then one per MinSyncPeriod;
-//   - errors never go upward: a failed sync is logged, counted and retried
-//     after RetryPeriod (sooner if another event comes).
-//
-// Unlike upstream, which has partial syncs, every sync of this first version
-// recomputes everything: the model of every service port, the module chain
-// over every port, and the complete State of each family. Per-port change
-// tracking, so that a sync evaluates only the ports that changed, is the next
-// step. There is also no maxInterval run (upstream's hourly sync).
-//
-// The Proxy does not own its backends: the caller closes (or cleans up) them
-// after Run returns.
 package proxy
 
 import (
@@ -30,23 +7,28 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
+	networkinginformers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/wasp-proxy/wasp/abi"
 	"github.com/wasp-proxy/wasp/backends"
 	"github.com/wasp-proxy/wasp/host/model"
 	"github.com/wasp-proxy/wasp/host/pipeline"
@@ -74,8 +56,11 @@ type Opts struct {
 	Pipeline *pipeline.Pipeline
 	// Backends program each IP family; the families present are the ones
 	// synced. Required: at least one of backends.IPv4 and backends.IPv6.
+	// The States they get share memory with each other and with the
+	// Proxy's cache: a backend may keep a State but must not modify it.
 	Backends map[backends.Family]backends.Backend
-	// State holds the node-wide settings of every State. Optional.
+	// State holds the node-wide settings of every State. Its ServiceCIDRs
+	// are joined by those of the cluster's ServiceCIDR objects. Optional.
 	State state.Options
 	// MinSyncPeriod is the least time between syncs after a burst of 2.
 	// Optional; default DefaultMinSyncPeriod.
@@ -83,27 +68,58 @@ type Opts struct {
 	// RetryPeriod is how long after a failed sync it is retried. Optional;
 	// default DefaultRetryPeriod.
 	RetryPeriod time.Duration
+	// Health is told about queued and synced updates and the Node.
+	// Optional.
+	Health Health
+	// ServiceHealth gets the health-check node ports and local endpoint
+	// counts after each successful sync. Optional.
+	ServiceHealth ServiceHealth
 }
 
 // Stats count a Proxy's syncs, for metrics.
 type Stats struct {
 	Syncs        uint64 // syncs run, failed ones included
 	SyncFailures uint64 // failed listings, and failed backend Syncs (one per family)
+	FullSyncs    uint64 // syncs that evaluated every service port
+	PartialSyncs uint64 // syncs that evaluated only the changed Services' ports
+
+	LastSyncDuration time.Duration // of the last sync, failed or not
+	LastQueued       time.Time     // when a change last asked for a sync; zero: never
+	LastSynced       time.Time     // when a sync last succeeded; zero: never
+
+	// LastEvaluated is how many service ports the last sync evaluated.
+	LastEvaluated int
+	// ServicePorts is how many service ports (of every family) the last
+	// sync programmed.
+	ServicePorts int
+	// PendingChanges is how many Services changed since the last sync
+	// started: the next one evaluates them.
+	PendingChanges int
 }
 
 // Proxy keeps a node's dataplane in line with the cluster. Create it with
 // New and start it with Run.
 type Proxy struct {
-	opts     Opts
-	families []backends.Family // sorted, IPv4 first
-	clock    clock.Clock
+	opts      Opts
+	families  []backends.Family // sorted, IPv4 first
+	kfamilies []v1.IPFamily     // the same, as Kubernetes names
+	clock     clock.Clock
+	runner    *runner
+	tracker   tracker
+	started   atomic.Bool // the caches synced: changes now queue updates
 
-	services  corelisters.ServiceLister
-	slices    discoverylisters.EndpointSliceLister
-	nodes     corelisters.NodeLister
-	lastPorts map[string]bool // pipeline keys of the previous sync
+	// Set by Run before the first sync.
+	services   corelisters.ServiceLister
+	slices     discoverylisters.EndpointSliceLister
+	sliceIndex cache.Indexer // with sliceServiceIndex
+	nodes      corelisters.NodeLister
+	cidrs      networkinglisters.ServiceCIDRLister // nil: the API is not served
 
-	syncs, failures atomic.Uint64
+	// Owned by sync.
+	syncState
+
+	statsMu sync.Mutex
+	stats   Stats
 }
 
 // New checks opts and returns a Proxy.
@@ -147,25 +163,83 @@ func newProxy(opts Opts, c clock.Clock) (*Proxy, error) {
 	if opts.RetryPeriod == 0 {
 		opts.RetryPeriod = DefaultRetryPeriod
 	}
-	families := slices.SortedFunc(maps.Keys(opts.Backends), func(a, b backends.Family) int { return cmp.Compare(a, b) })
-	return &Proxy{opts: opts, families: families, clock: c}, nil
+	p := &Proxy{opts: opts, clock: c}
+	p.families = slices.SortedFunc(maps.Keys(opts.Backends), func(a, b backends.Family) int { return cmp.Compare(a, b) })
+	for _, f := range p.families {
+		kf, _ := state.KubernetesFamily(f)
+		p.kfamilies = append(p.kfamilies, kf)
+	}
+	p.syncState = newSyncState(len(p.families))
+	p.runner = newRunner(p.sync, opts.MinSyncPeriod, syncBurst, opts.RetryPeriod, c)
+	return p, nil
 }
 
 // Stats returns the counts so far. It is safe to call at any time.
 func (p *Proxy) Stats() Stats {
-	return Stats{Syncs: p.syncs.Load(), SyncFailures: p.failures.Load()}
+	p.statsMu.Lock()
+	s := p.stats
+	p.statsMu.Unlock()
+	s.PendingChanges = p.tracker.pending()
+	return s
+}
+
+// Resync makes the next sync evaluate every service port again, and asks
+// for it; call it when the module chain changed. It is safe to call at any
+// time, also before Run (the first sync is a full one anyway).
+func (p *Proxy) Resync() {
+	p.tracker.markFull()
+	p.queue()
+}
+
+// queue asks for a sync because of a change.
+func (p *Proxy) queue() {
+	if p.started.Load() {
+		// Before the caches synced, the first sync is not late yet.
+		if h := p.opts.Health; h != nil {
+			for _, f := range p.families {
+				h.QueuedUpdate(f)
+			}
+		}
+		p.statsMu.Lock()
+		p.stats.LastQueued = p.clock.Now()
+		p.statsMu.Unlock()
+	}
+	p.runner.request()
+}
+
+// sliceServiceIndex indexes EndpointSlices by the Service they belong to,
+// "namespace/name" (see sliceService).
+const sliceServiceIndex = "service"
+
+func indexSliceByService(obj any) ([]string, error) {
+	es, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil, nil
+	}
+	n, ok := sliceService(es)
+	if !ok {
+		return nil, nil
+	}
+	return []string{n.String()}, nil
 }
 
 // Run watches the cluster and syncs the backends until ctx is done. It
-// starts the informers, waits for their caches, then syncs once and again
-// on every change. Call it once.
+// asks discovery whether ServiceCIDRs are served, starts the informers,
+// waits for their caches, then syncs once and again on every change. Call
+// it once.
 func (p *Proxy) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithValues("node", p.opts.NodeName)
 	ctx = klog.NewContext(ctx, logger)
 
+	watchCIDRs, ok := serviceCIDRsServed(ctx, p.opts.Client.Discovery())
+	if !ok {
+		return // ctx done
+	}
+
 	// One factory. Services and EndpointSlices use its label selector; the
-	// Node informer, registered under the same type key the factory would
-	// use, watches only this node.
+	// Node and ServiceCIDR informers, registered under the same type keys
+	// the factory would use, do not: the Node one watches only this node,
+	// and ServiceCIDRs carry no proxy labels.
 	factory := informers.NewSharedInformerFactoryWithOptions(p.opts.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = model.LabelSelector }))
 	nodeName := p.opts.NodeName
@@ -176,18 +250,36 @@ func (p *Proxy) Run(ctx context.Context) {
 	})
 	svcInformer := factory.Core().V1().Services()
 	sliceInformer := factory.Discovery().V1().EndpointSlices()
+	if err := sliceInformer.Informer().AddIndexers(cache.Indexers{sliceServiceIndex: indexSliceByService}); err != nil {
+		// Only fails once the informer has started.
+		logger.Error(err, "Adding the EndpointSlice index failed")
+		return
+	}
 	p.services = svcInformer.Lister()
 	p.slices = sliceInformer.Lister()
+	p.sliceIndex = sliceInformer.Informer().GetIndexer()
 	p.nodes = corelisters.NewNodeLister(nodeInformer.GetIndexer())
 
-	r := newRunner(p.sync, p.opts.MinSyncPeriod, syncBurst, p.opts.RetryPeriod, p.clock)
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { r.request() },
-		UpdateFunc: func(any, any) { r.request() },
-		DeleteFunc: func(any) { r.request() },
+	handlers := []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{
+		{svcInformer.Informer(), handler(p.tracker.onService, nil, p.queue)},
+		{sliceInformer.Informer(), handler(p.tracker.onEndpointSlice, nil, p.queue)},
+		{nodeInformer, handler(p.tracker.onNode, p.syncNode, p.queue)},
 	}
-	for _, inf := range []cache.SharedIndexInformer{svcInformer.Informer(), sliceInformer.Informer(), nodeInformer} {
-		if _, err := inf.AddEventHandler(handler); err != nil {
+	if watchCIDRs {
+		cidrInformer := factory.InformerFor(&networkingv1.ServiceCIDR{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			return networkinginformers.NewServiceCIDRInformer(c, resync, cache.Indexers{})
+		})
+		p.cidrs = factory.Networking().V1().ServiceCIDRs().Lister()
+		handlers = append(handlers, struct {
+			inf cache.SharedIndexInformer
+			h   cache.ResourceEventHandler
+		}{cidrInformer, handler(p.tracker.onServiceCIDR, nil, p.queue)})
+	}
+	for _, h := range handlers {
+		if _, err := h.inf.AddEventHandler(h.h); err != nil {
 			// Only fails once an informer has stopped, which cannot
 			// have happened before Start.
 			logger.Error(err, "Adding an event handler failed")
@@ -197,89 +289,32 @@ func (p *Proxy) Run(ctx context.Context) {
 
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	logger.Info("Waiting for informer caches to sync")
+	logger.Info("Waiting for informer caches to sync", "serviceCIDRs", watchCIDRs)
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			logger.Info("Stopped before informer caches synced", "type", typ.String())
 			return
 		}
 	}
+	p.started.Store(true)
+	if p.opts.Health != nil {
+		n, err := p.nodes.Get(p.opts.NodeName)
+		if err != nil {
+			n = nil // not found: the lister has no other error
+		}
+		p.opts.Health.SyncNode(n)
+	}
 	// The initial list requested a sync already; make sure of it even if
-	// the cluster is empty.
-	r.request()
-	r.loop(ctx)
+	// the cluster is empty, and tell Health it is queued.
+	p.queue()
+	p.runner.loop(ctx)
 }
 
-// sync programs every family from the listers' current content. It logs
-// and counts its own errors; the error it returns only tells the runner
-// to retry.
-func (p *Proxy) sync(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
-	p.syncs.Add(1)
-	start := p.clock.Now()
-
-	in, err := p.input()
-	if err != nil {
-		p.failures.Add(1)
-		logger.Error(err, "Listing cluster objects failed; will retry", "retryIn", p.opts.RetryPeriod)
-		return err
+// syncNode tells Health about the Node of an event (nil: deleted).
+func (p *Proxy) syncNode(n *v1.Node) {
+	if h := p.opts.Health; h != nil {
+		h.SyncNode(n)
 	}
-	m := model.Build(in)
-
-	ports := make([]pipeline.Port, len(m.Ports))
-	keys := make(map[string]bool, len(m.Ports))
-	for i := range m.Ports {
-		k := m.Ports[i].String()
-		ports[i] = pipeline.Port{Key: k, ServicePort: m.Ports[i].ServicePort}
-		keys[k] = true
-	}
-	results := p.opts.Pipeline.Run(ctx, m.Node, ports)
-	for k := range p.lastPorts {
-		if !keys[k] {
-			p.opts.Pipeline.Forget(k)
-		}
-	}
-	p.lastPorts = keys
-
-	var failed error
-	for _, f := range p.families {
-		s := state.Build(f, p.opts.State, m.Ports, results)
-		if err := p.opts.Backends[f].Sync(ctx, s); err != nil {
-			p.failures.Add(1)
-			logger.Error(err, "Backend sync failed; will retry", "ipFamily", familyName(f), "retryIn", p.opts.RetryPeriod)
-			failed = err
-			continue
-		}
-		logger.V(4).Info("Backend synced", "ipFamily", familyName(f), "servicePorts", len(s.Services))
-	}
-	logger.V(2).Info("Sync done", "servicePorts", len(m.Ports), "elapsed", p.clock.Since(start))
-	return failed
-}
-
-// input lists the cluster objects the model is built from.
-func (p *Proxy) input() (model.Input, error) {
-	in := model.Input{NodeName: p.opts.NodeName}
-	for _, f := range p.families {
-		kf, _ := state.KubernetesFamily(f)
-		in.Families = append(in.Families, kf)
-	}
-	var err error
-	if in.Services, err = p.services.List(labels.Everything()); err != nil {
-		return in, fmt.Errorf("list services: %w", err)
-	}
-	if in.EndpointSlices, err = p.slices.List(labels.Everything()); err != nil {
-		return in, fmt.Errorf("list endpointslices: %w", err)
-	}
-	node, err := p.nodes.Get(p.opts.NodeName)
-	switch {
-	case apierrors.IsNotFound(err):
-		// No Node object (yet): no node labels, as model.Input allows.
-	case err != nil:
-		return in, fmt.Errorf("get node %q: %w", p.opts.NodeName, err)
-	default:
-		in.Node = node
-	}
-	return in, nil
 }
 
 func familyName(f backends.Family) string {
@@ -288,4 +323,14 @@ func familyName(f backends.Family) string {
 		return fmt.Sprintf("family%d", f)
 	}
 	return string(kf)
+}
+
+// nodeEqual reports whether two nodes are the same for the modules.
+func nodeEqual(a, b abi.Node) bool {
+	return a.Name == b.Name && slices.Equal(a.Labels, b.Labels)
+}
+
+// serviceOf names the Service of a port.
+func serviceOf(sp *model.ServicePort) types.NamespacedName {
+	return types.NamespacedName{Namespace: sp.Namespace, Name: sp.Name}
 }

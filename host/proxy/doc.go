@@ -1,0 +1,39 @@
+// Package proxy is wasp's sync loop: the seam between the Kubernetes watch
+// and the dataplane. A Proxy watches Services and EndpointSlices (without
+// those model.LabelSelector excludes), the local Node and, where the
+// apiserver serves them, ServiceCIDRs, and on every change programs each IP
+// family's backend with the node's complete desired state:
+//
+//	listers -> model.Build -> pipeline.Run -> per-Service cache -> State (per family) -> Backend.Sync
+//
+// Like upstream kube-proxy:
+//   - nothing is programmed before every informer's cache has synced, so a
+//     partial view of the cluster never reaches the dataplane;
+//   - syncs are rate limited by a bounded-frequency runner: events coalesce,
+//     at most burst 2 syncs run back to back, then one per MinSyncPeriod;
+//   - errors never go upward: a failed sync is logged, counted and retried
+//     after RetryPeriod (sooner if another event comes), as a full one;
+//   - syncs are partial: informer events mark the Services they touch
+//     (EndpointSlices by namespace and their kubernetes.io/service-name
+//     label, before and after the event), and a sync evaluates only the
+//     ports of those Services, in one batched pipeline call, keeping every
+//     other port's last result in a cache. Updates that change nothing the
+//     model reads (a new resourceVersion, status conditions, node
+//     heartbeats) are dropped by a cheap comparison in the event handler.
+//
+// Every sync still hands each backend the complete State, assembled from the
+// cache (the backend diffs), so a partial sync programs exactly what a full
+// one would: TestIncrementalMatchesFull checks it on random changes.
+//
+// A full sync, which evaluates every port again, happens on the first
+// sync, after any failed one (listing or backend), on Resync (a module swap
+// calls it), and when the Node's labels change. Unlike upstream, which
+// looks only at the topology labels, any label counts: model.Build passes
+// all of the Node's labels to the modules, and a module may read any of
+// them. ServiceCIDR changes change every State but evaluate nothing.
+//
+// There is no maxInterval run (upstream's hourly sync).
+//
+// The Proxy does not own its backends: the caller closes (or cleans up) them
+// after Run returns.
+package proxy

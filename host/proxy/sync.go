@@ -1,0 +1,379 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/host/model"
+	"github.com/wasp-proxy/wasp/host/pipeline"
+	"github.com/wasp-proxy/wasp/host/state"
+)
+
+// syncState is what sync keeps from one sync to the next.
+type syncState struct {
+	// needFull: the next sync must evaluate every port (first sync, or the
+	// last one failed).
+	needFull bool
+	// node is the node the cache was evaluated for.
+	node abi.Node
+	// cache holds the evaluated ports of every Service that has some.
+	cache map[types.NamespacedName]*entry
+	// health is the subset of cache with a health-check node port.
+	health map[types.NamespacedName]*entry
+	// sorted[i] is every cached backends.Service of families[i], sorted by
+	// Key: the Services of the next State. A sync replaces it, never
+	// modifies it, as the backends may keep it.
+	sorted [][]backends.Service
+	// serviceCIDRUnion is the union of the configured and the cluster's
+	// ServiceCIDRs, computed again on a full sync or a ServiceCIDR change.
+	serviceCIDRUnion []netip.Prefix
+}
+
+func newSyncState(families int) syncState {
+	return syncState{
+		needFull: true,
+		cache:    map[types.NamespacedName]*entry{},
+		health:   map[types.NamespacedName]*entry{},
+		sorted:   make([][]backends.Service, families),
+	}
+}
+
+// entry is one Service's evaluated ports.
+type entry struct {
+	keys     []string             // the ports' pipeline keys
+	services [][]backends.Service // per family (index of Proxy.families), sorted by Key
+	// hcPort is the health-check node port; 0: none.
+	hcPort uint16
+	// localReady is the number of distinct local Ready endpoint IPs,
+	// the larger of the families' counts (see ServiceHealth).
+	localReady int
+}
+
+// sync programs every family from the listers' current content,
+// evaluating only what changed since the last successful sync. It logs and
+// counts its own errors; the error it returns only tells the runner to
+// retry.
+func (p *Proxy) sync(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	start := p.clock.Now()
+	ch := p.tracker.take()
+	full := p.needFull || ch.full
+	// Until this sync succeeds, the next one is a full one: a failure
+	// anywhere below loses the changes just taken.
+	p.needFull = true
+
+	evaluated, err := p.evaluate(ctx, ch, &full)
+	if err == nil && (full || ch.serviceCIDRs) {
+		p.serviceCIDRUnion, err = p.serviceCIDRs(ctx)
+	}
+	if err != nil {
+		logger.Error(err, "Listing cluster objects failed; will retry", "retryIn", p.opts.RetryPeriod)
+		p.finish(start, full, evaluated, false, 1)
+		return err
+	}
+
+	var failed error
+	failures := 0
+	for i, f := range p.families {
+		s := state.Build(f, state.Options{
+			NodePortAddresses: p.opts.State.NodePortAddresses,
+			ServiceCIDRs:      p.serviceCIDRUnion,
+			ClusterCIDRs:      p.opts.State.ClusterCIDRs,
+			MasqueradeAll:     p.opts.State.MasqueradeAll,
+		}, nil, nil)
+		s.Services = p.sorted[i]
+		if err := p.opts.Backends[f].Sync(ctx, s); err != nil {
+			failures++
+			logger.Error(err, "Backend sync failed; will retry", "ipFamily", familyName(f), "retryIn", p.opts.RetryPeriod)
+			failed = err
+			continue
+		}
+		if h := p.opts.Health; h != nil {
+			h.Updated(f)
+		}
+		logger.V(4).Info("Backend synced", "ipFamily", familyName(f), "servicePorts", len(s.Services))
+	}
+	if failed == nil {
+		p.needFull = false
+		p.syncServiceHealth()
+	}
+	elapsed := p.finish(start, full, evaluated, failed == nil, failures)
+	logger.V(2).Info("Sync done", "full", full, "evaluated", evaluated, "services", len(p.cache), "elapsed", elapsed)
+	return failed
+}
+
+// finish records a sync's stats and returns its duration.
+func (p *Proxy) finish(start time.Time, full bool, evaluated int, ok bool, failures int) time.Duration {
+	now := p.clock.Now()
+	ports := 0
+	for _, s := range p.sorted {
+		ports += len(s)
+	}
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	s := &p.stats
+	s.Syncs++
+	s.SyncFailures += uint64(failures)
+	if full {
+		s.FullSyncs++
+	} else {
+		s.PartialSyncs++
+	}
+	s.LastSyncDuration = now.Sub(start)
+	s.LastEvaluated = evaluated
+	s.ServicePorts = ports
+	if ok {
+		s.LastSynced = now
+	}
+	return s.LastSyncDuration
+}
+
+// evaluate brings the cache up to date, evaluating every port when *full
+// or when the node changed (and then setting *full), otherwise the ports
+// of the changed Services. It returns how many ports it evaluated.
+func (p *Proxy) evaluate(ctx context.Context, ch changes, full *bool) (int, error) {
+	in := model.Input{NodeName: p.opts.NodeName, Families: p.kfamilies}
+	node, err := p.nodes.Get(p.opts.NodeName)
+	switch {
+	case apierrors.IsNotFound(err):
+		// No Node object (yet): no node labels, as model.Input allows.
+	case err != nil:
+		return 0, fmt.Errorf("get node %q: %w", p.opts.NodeName, err)
+	default:
+		in.Node = node
+	}
+	if !*full {
+		// What the model makes of the Node, without a Service: cheap.
+		if n := model.Build(model.Input{NodeName: in.NodeName, Node: in.Node, Families: in.Families}).Node; !nodeEqual(n, p.node) {
+			klog.FromContext(ctx).V(2).Info("Node labels changed; evaluating every service port")
+			*full = true
+		}
+	}
+	if *full {
+		return p.evaluateAll(ctx, in)
+	}
+	return p.evaluateServices(ctx, in, ch.services)
+}
+
+// evaluateAll evaluates every port and rebuilds the cache.
+func (p *Proxy) evaluateAll(ctx context.Context, in model.Input) (int, error) {
+	var err error
+	if in.Services, err = p.services.List(labels.Everything()); err != nil {
+		return 0, fmt.Errorf("list services: %w", err)
+	}
+	if in.EndpointSlices, err = p.slices.List(labels.Everything()); err != nil {
+		return 0, fmt.Errorf("list endpointslices: %w", err)
+	}
+	m := model.Build(in)
+	entries := p.run(ctx, m.Node, m.Ports)
+	for name, old := range p.cache {
+		p.forget(old, entries[name])
+	}
+	p.node = m.Node
+	p.cache = entries
+	clear(p.health)
+	for name, e := range entries {
+		if e.hcPort != 0 {
+			p.health[name] = e
+		}
+	}
+	for i := range p.families {
+		n := 0
+		for _, e := range entries {
+			n += len(e.services[i])
+		}
+		all := make([]backends.Service, 0, n)
+		for _, e := range entries {
+			all = append(all, e.services[i]...)
+		}
+		slices.SortFunc(all, func(a, b backends.Service) int { return strings.Compare(a.Key, b.Key) })
+		p.sorted[i] = nilIfEmpty(all)
+	}
+	return len(m.Ports), nil
+}
+
+// evaluateServices evaluates the ports of the named Services, in one
+// pipeline call, and replaces their cache entries. A Service that is gone,
+// or has no port any more, loses its entry.
+func (p *Proxy) evaluateServices(ctx context.Context, in model.Input, names map[types.NamespacedName]struct{}) (int, error) {
+	if len(names) == 0 {
+		return 0, nil
+	}
+	for name := range names {
+		svc, err := p.services.Services(name.Namespace).Get(name.Name)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue // deleted: its slices do not matter
+		case err != nil:
+			return 0, fmt.Errorf("get service %s: %w", name, err)
+		}
+		in.Services = append(in.Services, svc)
+		objs, err := p.sliceIndex.ByIndex(sliceServiceIndex, name.String())
+		if err != nil {
+			return 0, fmt.Errorf("endpointslices of service %s: %w", name, err)
+		}
+		for _, o := range objs {
+			if es, ok := o.(*discoveryv1.EndpointSlice); ok {
+				in.EndpointSlices = append(in.EndpointSlices, es)
+			}
+		}
+	}
+	// The model of a set of Services and their slices holds the same
+	// ports as the full model does for those Services: ports, endpoints
+	// and duplicates are all per Service.
+	m := model.Build(in)
+	entries := p.run(ctx, p.node, m.Ports)
+	for name := range names {
+		e := entries[name]
+		if old, ok := p.cache[name]; ok {
+			p.forget(old, e)
+		}
+		if e == nil {
+			delete(p.cache, name)
+			delete(p.health, name)
+			continue
+		}
+		p.cache[name] = e
+		if e.hcPort != 0 {
+			p.health[name] = e
+		} else {
+			delete(p.health, name)
+		}
+	}
+	for i := range p.families {
+		var changed []backends.Service
+		for _, e := range entries {
+			changed = append(changed, e.services[i]...)
+		}
+		slices.SortFunc(changed, func(a, b backends.Service) int { return strings.Compare(a.Key, b.Key) })
+		p.sorted[i] = merge(p.sorted[i], names, changed)
+	}
+	return len(m.Ports), nil
+}
+
+// run evaluates ports through the pipeline and groups them, with their
+// results, into one entry per Service.
+func (p *Proxy) run(ctx context.Context, node abi.Node, ports []model.ServicePort) map[types.NamespacedName]*entry {
+	pp := make([]pipeline.Port, len(ports))
+	for i := range ports {
+		pp[i] = pipeline.Port{Key: ports[i].String(), ServicePort: ports[i].ServicePort}
+	}
+	var results []pipeline.Result
+	if len(pp) > 0 {
+		results = p.opts.Pipeline.Run(ctx, node, pp)
+	}
+	entries := map[types.NamespacedName]*entry{}
+	// Ports are sorted by Key, so each Service's ports are contiguous.
+	for lo := 0; lo < len(ports); {
+		name := serviceOf(&ports[lo])
+		hi := lo + 1
+		for hi < len(ports) && serviceOf(&ports[hi]) == name {
+			hi++
+		}
+		e := &entry{services: make([][]backends.Service, len(p.families))}
+		for i := lo; i < hi; i++ {
+			e.keys = append(e.keys, pp[i].Key)
+		}
+		for i, f := range p.families {
+			e.services[i] = state.Build(f, state.Options{}, ports[lo:hi], results[lo:hi]).Services
+		}
+		e.hcPort, e.localReady = health(ports[lo:hi])
+		entries[name] = e
+		lo = hi
+	}
+	return entries
+}
+
+// forget drops the last good decisions of old's ports that now is without.
+func (p *Proxy) forget(old, now *entry) {
+	for _, k := range old.keys {
+		if now == nil || !slices.Contains(now.keys, k) {
+			p.opts.Pipeline.Forget(k)
+		}
+	}
+}
+
+// health returns a Service's health-check node port and local Ready
+// endpoint count from its ports.
+func health(ports []model.ServicePort) (hcPort uint16, localReady int) {
+	ips := map[v1.IPFamily]map[netip.Addr]struct{}{}
+	for i := range ports {
+		sp := &ports[i]
+		if hcPort == 0 && sp.HealthCheckNodePort > 0 && sp.HealthCheckNodePort <= math.MaxUint16 {
+			hcPort = uint16(sp.HealthCheckNodePort)
+		}
+		for _, ep := range sp.Endpoints {
+			if !ep.Local || !ep.Ready {
+				continue
+			}
+			if ips[sp.Family] == nil {
+				ips[sp.Family] = map[netip.Addr]struct{}{}
+			}
+			ips[sp.Family][ep.Addr] = struct{}{}
+		}
+	}
+	for _, set := range ips {
+		localReady = max(localReady, len(set))
+	}
+	return hcPort, localReady
+}
+
+// syncServiceHealth hands ServiceHealth the cache's health-check ports and
+// counts.
+func (p *Proxy) syncServiceHealth() {
+	sh := p.opts.ServiceHealth
+	if sh == nil {
+		return
+	}
+	ports := make(map[types.NamespacedName]uint16, len(p.health))
+	local := make(map[types.NamespacedName]int, len(p.health))
+	for name, e := range p.health {
+		ports[name] = e.hcPort
+		local[name] = e.localReady
+	}
+	sh.SyncServices(ports)
+	sh.SyncEndpoints(local)
+}
+
+// merge returns a new list: prev, sorted by Key, without the services of
+// the Services in drop, merged with add, sorted by Key. It does not modify
+// prev, which a backend may still hold.
+func merge(prev []backends.Service, drop map[types.NamespacedName]struct{}, add []backends.Service) []backends.Service {
+	out := make([]backends.Service, 0, len(prev)+len(add))
+	j := 0
+	for i := range prev {
+		if _, ok := drop[types.NamespacedName{Namespace: prev[i].Namespace, Name: prev[i].Name}]; ok {
+			continue
+		}
+		for j < len(add) && add[j].Key < prev[i].Key {
+			out = append(out, add[j])
+			j++
+		}
+		out = append(out, prev[i])
+	}
+	out = append(out, add[j:]...)
+	return nilIfEmpty(out)
+}
+
+// nilIfEmpty keeps State.Services nil when there is none, as state.Build
+// does.
+func nilIfEmpty[T any](s []T) []T {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
