@@ -106,7 +106,8 @@ type Proxy struct {
 	clock     clock.Clock
 	runner    *runner
 	tracker   tracker
-	started   atomic.Bool // the caches synced: changes now queue updates
+	started   atomic.Bool   // the caches synced: changes now queue updates
+	events    atomic.Uint64 // informer events handled, for tests
 
 	// Set by Run before the first sync.
 	services   corelisters.ServiceLister
@@ -228,12 +229,23 @@ func indexSliceByService(obj any) ([]string, error) {
 // waits for their caches, then syncs once and again on every change. Call
 // it once.
 func (p *Proxy) Run(ctx context.Context) {
-	logger := klog.FromContext(ctx).WithValues("node", p.opts.NodeName)
-	ctx = klog.NewContext(ctx, logger)
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("node", p.opts.NodeName))
+	shutdown, ok := p.start(ctx)
+	if !ok {
+		return
+	}
+	defer shutdown()
+	p.runner.loop(ctx)
+}
 
+// start starts the informers and waits for their caches. On success it
+// returns the factory's Shutdown, which returns once ctx is done; ok is
+// false when ctx ended first.
+func (p *Proxy) start(ctx context.Context) (shutdown func(), ok bool) {
+	logger := klog.FromContext(ctx)
 	watchCIDRs, ok := serviceCIDRsServed(ctx, p.opts.Client.Discovery())
 	if !ok {
-		return // ctx done
+		return nil, false
 	}
 
 	// One factory. Services and EndpointSlices use its label selector; the
@@ -253,47 +265,45 @@ func (p *Proxy) Run(ctx context.Context) {
 	if err := sliceInformer.Informer().AddIndexers(cache.Indexers{sliceServiceIndex: indexSliceByService}); err != nil {
 		// Only fails once the informer has started.
 		logger.Error(err, "Adding the EndpointSlice index failed")
-		return
+		return nil, false
 	}
 	p.services = svcInformer.Lister()
 	p.slices = sliceInformer.Lister()
 	p.sliceIndex = sliceInformer.Informer().GetIndexer()
 	p.nodes = corelisters.NewNodeLister(nodeInformer.GetIndexer())
 
-	handlers := []struct {
+	type registration struct {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
-	}{
-		{svcInformer.Informer(), handler(p.tracker.onService, nil, p.queue)},
-		{sliceInformer.Informer(), handler(p.tracker.onEndpointSlice, nil, p.queue)},
-		{nodeInformer, handler(p.tracker.onNode, p.syncNode, p.queue)},
+	}
+	regs := []registration{
+		{svcInformer.Informer(), eventHandler(p, p.tracker.onService, nil)},
+		{sliceInformer.Informer(), eventHandler(p, p.tracker.onEndpointSlice, nil)},
+		{nodeInformer, eventHandler(p, p.tracker.onNode, p.syncNode)},
 	}
 	if watchCIDRs {
 		cidrInformer := factory.InformerFor(&networkingv1.ServiceCIDR{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 			return networkinginformers.NewServiceCIDRInformer(c, resync, cache.Indexers{})
 		})
 		p.cidrs = factory.Networking().V1().ServiceCIDRs().Lister()
-		handlers = append(handlers, struct {
-			inf cache.SharedIndexInformer
-			h   cache.ResourceEventHandler
-		}{cidrInformer, handler(p.tracker.onServiceCIDR, nil, p.queue)})
+		regs = append(regs, registration{cidrInformer, eventHandler(p, p.tracker.onServiceCIDR, nil)})
 	}
-	for _, h := range handlers {
-		if _, err := h.inf.AddEventHandler(h.h); err != nil {
+	for _, r := range regs {
+		if _, err := r.inf.AddEventHandler(r.h); err != nil {
 			// Only fails once an informer has stopped, which cannot
 			// have happened before Start.
 			logger.Error(err, "Adding an event handler failed")
-			return
+			return nil, false
 		}
 	}
 
 	factory.Start(ctx.Done())
-	defer factory.Shutdown()
 	logger.Info("Waiting for informer caches to sync", "serviceCIDRs", watchCIDRs)
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			logger.Info("Stopped before informer caches synced", "type", typ.String())
-			return
+			factory.Shutdown()
+			return nil, false
 		}
 	}
 	p.started.Store(true)
@@ -307,7 +317,7 @@ func (p *Proxy) Run(ctx context.Context) {
 	// The initial list requested a sync already; make sure of it even if
 	// the cluster is empty, and tell Health it is queued.
 	p.queue()
-	p.runner.loop(ctx)
+	return factory.Shutdown, true
 }
 
 // syncNode tells Health about the Node of an event (nil: deleted).

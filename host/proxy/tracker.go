@@ -197,17 +197,18 @@ func cmpOr[T any](a, b *T) *T {
 	return b
 }
 
-// handler adapts a tracker method to informer events of type T. relevant is
-// called when the method reports a sync is needed; each is called with the
-// new object (nil for a delete) when given.
-func handler[T any](on func(old, new *T) bool, each func(*T), relevant func()) cache.ResourceEventHandlerFuncs {
+// eventHandler adapts a tracker method to informer events of type T: it
+// calls each with the new object (nil for a delete) when each is not nil,
+// then on, and queues a sync when on reports one is needed.
+func eventHandler[T any](p *Proxy, on func(old, new *T) bool, each func(*T)) cache.ResourceEventHandlerFuncs {
 	call := func(old, new *T) {
 		if each != nil {
 			each(new)
 		}
 		if on(old, new) {
-			relevant()
+			p.queue()
 		}
+		p.events.Add(1)
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
