@@ -131,13 +131,13 @@ func TestChangeDetection(t *testing.T) {
 				n.Spec.Taints = []v1.Taint{{Key: "ToBeDeletedByClusterAutoscaler", Effect: v1.TaintEffectNoSchedule}}
 			})}},
 		{name: "node zone label", kind: "node",
-			ev: event{old: n, new: with(n, func(n *v1.Node) { n.Labels["topology.kubernetes.io/zone"] = "z2" })},
+			ev:   event{old: n, new: with(n, func(n *v1.Node) { n.Labels["topology.kubernetes.io/zone"] = "z2" })},
 			node: true, queued: true},
 		{name: "node region label added", kind: "node",
-			ev: event{old: n, new: with(n, func(n *v1.Node) { n.Labels["topology.kubernetes.io/region"] = "r1" })},
+			ev:   event{old: n, new: with(n, func(n *v1.Node) { n.Labels["topology.kubernetes.io/region"] = "r1" })},
 			node: true, queued: true},
 		{name: "node other label: modules see every label", kind: "node",
-			ev: event{old: n, new: with(n, func(n *v1.Node) { n.Labels["example.com/rack"] = "r7" })},
+			ev:   event{old: n, new: with(n, func(n *v1.Node) { n.Labels["example.com/rack"] = "r7" })},
 			node: true, queued: true},
 
 		{name: "servicecidr added", kind: "servicecidr", ev: event{new: cidr}, cidrs: true, queued: true},
