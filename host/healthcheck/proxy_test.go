@@ -49,8 +49,8 @@ func TestProxyHealth(t *testing.T) {
 		body string
 	}
 	tests := []struct {
-		name   string
-		steps  func(s *ProxyServer, c *clocktesting.FakePassiveClock)
+		name           string
+		steps          func(s *ProxyServer, c *clocktesting.FakePassiveClock)
 		healthz, livez response
 	}{
 		{
