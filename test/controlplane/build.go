@@ -18,9 +18,9 @@ import (
 
 // Versions of the components Build compiles.
 const (
-	// KubernetesVersion is the k8s.io/kubernetes module kube-apiserver is
-	// built from. v1.36.3 is the newest release whose module zip the Go
-	// module proxy serves.
+	// KubernetesVersion is the k8s.io/kubernetes module kube-apiserver and
+	// kube-proxy are built from. v1.36.3 is the newest release whose module
+	// zip the Go module proxy serves.
 	KubernetesVersion = "v1.36.3"
 	// EtcdVersion is the go.etcd.io/etcd/server/v3 module etcd is built from.
 	EtcdVersion = "v3.6.16"
@@ -29,6 +29,7 @@ const (
 const (
 	kubernetesModule = "k8s.io/kubernetes"
 	apiserverPackage = kubernetesModule + "/cmd/kube-apiserver"
+	kubeProxyPackage = kubernetesModule + "/cmd/kube-proxy"
 	etcdModule       = "go.etcd.io/etcd/server/v3"
 
 	// recipe is part of every version stamp: bump it when the way binaries
@@ -55,6 +56,7 @@ func CacheDir() string {
 var (
 	buildMu     sync.Mutex
 	builtResult *Binaries
+	builtProxy  string // path of kube-proxy, once BuildKubeProxy succeeded
 )
 
 // Build compiles kube-apiserver KubernetesVersion and etcd EtcdVersion from
@@ -87,7 +89,7 @@ func Build(ctx context.Context) (Binaries, error) {
 	defer unlock()
 
 	if err := buildOnce(ctx, b.KubeAPIServer, "kube-apiserver "+KubernetesVersion, func() error {
-		return buildAPIServer(ctx, filepath.Join(dir, "build", "kubernetes"), b.KubeAPIServer)
+		return buildKubernetes(ctx, filepath.Join(dir, "build", "kubernetes"), b.KubeAPIServer, apiserverPackage)
 	}); err != nil {
 		return Binaries{}, err
 	}
@@ -98,6 +100,40 @@ func Build(ctx context.Context) (Binaries, error) {
 	}
 	builtResult = &b
 	return b, nil
+}
+
+// BuildKubeProxy compiles upstream kube-proxy KubernetesVersion
+// (k8s.io/kubernetes/cmd/kube-proxy) into CacheDir()/bin, in the same
+// wrapper module as kube-apiserver, unless a binary stamped with the same
+// version is already there, and returns its path. Only tests that compare
+// wasp with upstream need it, so Build does not build it. Safe to call
+// concurrently, also from several test processes.
+//
+// With kube-apiserver built, the Go build cache is warm and this takes
+// seconds to a minute; on its own it costs about as much as Build.
+func BuildKubeProxy(ctx context.Context) (string, error) {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if builtProxy != "" {
+		return builtProxy, nil
+	}
+	dir := CacheDir()
+	bin := filepath.Join(dir, "bin", "kube-proxy")
+	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+		return "", err
+	}
+	unlock, err := lockFile(filepath.Join(dir, "build.lock"))
+	if err != nil {
+		return "", fmt.Errorf("lock build directory: %w", err)
+	}
+	defer unlock()
+	if err := buildOnce(ctx, bin, "kube-proxy "+KubernetesVersion, func() error {
+		return buildKubernetes(ctx, filepath.Join(dir, "build", "kubernetes"), bin, kubeProxyPackage)
+	}); err != nil {
+		return "", err
+	}
+	builtProxy = bin
+	return bin, nil
 }
 
 // buildOnce runs build unless bin exists and bin.version holds stamp.
@@ -121,7 +157,8 @@ func buildOnce(ctx context.Context, bin, stamp string, build func() error) error
 	return os.WriteFile(stampFile, []byte(stamp), 0o644)
 }
 
-// buildAPIServer builds kube-apiserver in a wrapper module.
+// buildKubernetes builds pkg, a command of k8s.io/kubernetes, in a wrapper
+// module.
 //
 // Why a wrapper module? k8s.io/kubernetes requires its staging modules
 // (k8s.io/api, k8s.io/apiserver, ...) as v0.0.0 and replaces them with
@@ -129,12 +166,16 @@ func buildOnce(ctx context.Context, bin, stamp string, build func() error) error
 // is refused. The wrapper requires k8s.io/kubernetes and replaces each of
 // those v0.0.0 requirements with the published staging release, v0.<minor>.<patch>.
 // The list comes from upstream's own go.mod, so it follows the version.
-func buildAPIServer(ctx context.Context, dir, out string) error {
+func buildKubernetes(ctx context.Context, dir, out, pkg string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	// "ready" marks a wrapper module whose go.mod is written; one
+	// "ready-<command>" per command marks that `go get` resolved the
+	// dependencies of that command (each command needs a few of its own).
 	done := filepath.Join(dir, "ready")
 	want := kubernetesModule + " " + KubernetesVersion + " recipe " + recipe + "\n"
+	pkgDone := filepath.Join(dir, "ready-"+filepath.Base(pkg))
 	if got, err := os.ReadFile(done); err != nil || string(got) != want {
 		upstream, err := downloadGoMod(ctx, dir, kubernetesModule+"@"+KubernetesVersion)
 		if err != nil {
@@ -145,30 +186,46 @@ func buildAPIServer(ctx context.Context, dir, out string) error {
 			return err
 		}
 		_ = os.Remove(filepath.Join(dir, "go.sum"))
+		if stale, err := filepath.Glob(filepath.Join(dir, "ready-*")); err == nil {
+			for _, f := range stale {
+				_ = os.Remove(f)
+			}
+		}
 		if err := os.WriteFile(filepath.Join(dir, "go.mod"), gomod, 0o644); err != nil {
 			return err
 		}
-		// go get resolves exactly the dependencies kube-apiserver needs.
-		if err := goCmd(ctx, dir, "get", kubernetesModule+"@"+KubernetesVersion, apiserverPackage+"@"+KubernetesVersion); err != nil {
+		// go get resolves exactly the dependencies the command needs.
+		if err := goCmd(ctx, dir, "get", kubernetesModule+"@"+KubernetesVersion, pkg+"@"+KubernetesVersion); err != nil {
 			return err
 		}
 		if err := os.WriteFile(done, []byte(want), 0o644); err != nil {
 			return err
 		}
+		if err := os.WriteFile(pkgDone, []byte(want), 0o644); err != nil {
+			return err
+		}
+	}
+	if got, err := os.ReadFile(pkgDone); err != nil || string(got) != want {
+		if err := goCmd(ctx, dir, "get", pkg+"@"+KubernetesVersion); err != nil {
+			return err
+		}
+		if err := os.WriteFile(pkgDone, []byte(want), 0o644); err != nil {
+			return err
+		}
 	}
 	// Stamp the version like upstream's hack/lib/version.sh does; otherwise
-	// the apiserver reports v0.0.0-master.
+	// the binaries report v0.0.0-master.
 	major, minor, _ := strings.Cut(strings.TrimPrefix(KubernetesVersion, "v"), ".")
 	minor, _, _ = strings.Cut(minor, ".")
 	ldflags := []string{"-s", "-w"}
-	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+	for _, p := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
 		ldflags = append(ldflags,
-			"-X", pkg+".gitVersion="+KubernetesVersion,
-			"-X", pkg+".gitMajor="+major,
-			"-X", pkg+".gitMinor="+minor,
-			"-X", pkg+".gitTreeState=clean")
+			"-X", p+".gitVersion="+KubernetesVersion,
+			"-X", p+".gitMajor="+major,
+			"-X", p+".gitMinor="+minor,
+			"-X", p+".gitTreeState=clean")
 	}
-	return goBuild(ctx, dir, out, strings.Join(ldflags, " "), apiserverPackage)
+	return goBuild(ctx, dir, out, strings.Join(ldflags, " "), pkg)
 }
 
 // buildEtcd builds etcd in a wrapper module. go.etcd.io/etcd/server/v3 is

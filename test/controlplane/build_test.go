@@ -1,9 +1,12 @@
 package controlplane
 
 import (
+	"context"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseGoMod(t *testing.T) {
@@ -81,5 +84,26 @@ replace (
 
 	if _, err := kubernetesWrapperGoMod([]byte("module k8s.io/kubernetes\n\ngo 1.26.0\n"), "v1.36.3"); err == nil || !strings.Contains(err.Error(), "0 staging modules") {
 		t.Errorf("go.mod without staging modules: err = %v, want one naming 0 staging modules", err)
+	}
+}
+
+// TestBuildKubeProxy builds upstream kube-proxy on demand and checks its
+// version stamp.
+func TestBuildKubeProxy(t *testing.T) {
+	if !Enabled() {
+		t.Skip("end-to-end test: set WASP_E2E=1 to build kube-proxy (seconds with kube-apiserver built, minutes without)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	bin, err := BuildKubeProxy(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s --version: %v\n%s", bin, err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != "Kubernetes "+KubernetesVersion {
+		t.Errorf("%s --version = %q, want %q", bin, got, "Kubernetes "+KubernetesVersion)
 	}
 }

@@ -7,6 +7,9 @@
 // no kubelet, scheduler or controller-manager: tests create Nodes, Services
 // and EndpointSlices themselves, exactly the objects a service proxy watches.
 //
+// [BuildKubeProxy] builds upstream kube-proxy the same way, on demand, for
+// the tests that compare wasp with it.
+//
 // The first build takes about five minutes and 2-3 GB of Go module and build
 // cache, so [Start] skips the test unless WASP_E2E=1 is set. See
 // test/README.md.
