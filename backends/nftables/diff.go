@@ -1,0 +1,338 @@
+package nftables
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+)
+
+// Diff returns the transaction that turns a table programmed as old into
+// new. A nil old is a table that does not exist yet. Fragments shared by
+// old and new (the same pointer: the planner reused them) are skipped
+// without a look, so a change to one service port costs in proportion to
+// that port's objects, plus a walk over the fragment lists.
+//
+// Chains whose rules changed are flushed and rewritten, new ones added,
+// stale ones flushed and deleted; sets and maps are added, deleted, or
+// deleted and added again when their definition changed; elements are
+// added and deleted one by one. The operations are ordered so that nothing
+// is referenced before it exists or deleted while referenced:
+//
+//  1. add new chains (empty)
+//  2. flush chains to rewrite and stale chains
+//  3. delete stale elements
+//  4. delete stale sets
+//  5. delete stale chains
+//  6. add new sets
+//  7. add new elements
+//  8. add the rules of new and rewritten chains
+//
+// Stale chains are deleted in the same transaction that removes the last
+// reference to them. Upstream waits a second first because kernels before
+// 6.2 released a verdict-map element's reference to its chain only after
+// the transaction; wasp requires a kernel where the same-transaction delete
+// works (TestKernelStaleChainsDeletedAtOnce checks it on this one).
+func Diff(old, new *Ruleset) *Transaction {
+	tx := &Transaction{Family: new.Family, Table: new.Table}
+	if old == nil {
+		tx.add(op{kind: opAddTable})
+		old = &Ruleset{Global: &Fragment{}, elems: map[elemID]elemOwner{}}
+	}
+
+	// The fragments that differ.
+	var oldF, newF []*Fragment
+	if old.Global != new.Global {
+		oldF, newF = append(oldF, old.Global), append(newF, new.Global)
+	}
+	i, j := 0, 0
+	for i < len(old.Services) || j < len(new.Services) {
+		switch {
+		case j == len(new.Services) || (i < len(old.Services) && old.Services[i].Key < new.Services[j].Key):
+			oldF = append(oldF, old.Services[i])
+			i++
+		case i == len(old.Services) || new.Services[j].Key < old.Services[i].Key:
+			newF = append(newF, new.Services[j])
+			j++
+		default:
+			if old.Services[i] != new.Services[j] {
+				oldF, newF = append(oldF, old.Services[i]), append(newF, new.Services[j])
+			}
+			i++
+			j++
+		}
+	}
+
+	oldChains, oldSets := objects(oldF)
+	newChains, newSets := objects(newF)
+
+	var delSets, addSets []*Set
+	deleted := map[string]bool{}
+	recreated := map[string]bool{}
+	for name, s := range oldSets {
+		if n, ok := newSets[name]; !ok || !s.equal(n) {
+			delSets = append(delSets, s)
+			deleted[name] = true
+		}
+	}
+	for name, s := range newSets {
+		if o, ok := oldSets[name]; !ok || !s.equal(o) {
+			addSets = append(addSets, s)
+			if ok {
+				recreated[name] = true
+			}
+		}
+	}
+
+	var addChains, rewrite, delChains []*Chain
+	for name, c := range newChains {
+		o, ok := oldChains[name]
+		switch {
+		case !ok:
+			addChains = append(addChains, c)
+		case !rulesEqual(o.Rules, c.Rules) || refersTo(o, deleted):
+			rewrite = append(rewrite, c)
+		}
+	}
+	for name, c := range oldChains {
+		if _, ok := newChains[name]; !ok {
+			delChains = append(delChains, c)
+		}
+	}
+
+	// Elements: those of the changed fragments, compared as the whole
+	// rulesets resolve them (another fragment may own the same key).
+	touched := map[elemID]bool{}
+	for _, fs := range [][]*Fragment{oldF, newF} {
+		for _, f := range fs {
+			for _, e := range f.Elements {
+				touched[elemID{e.Set, e.Key}] = true
+			}
+		}
+	}
+	if len(recreated) > 0 {
+		for id := range new.elems {
+			if recreated[id.set] {
+				touched[id] = true
+			}
+		}
+	}
+	var delElems, addElems []Element
+	for id := range touched {
+		ov, oldHas := old.elems[id]
+		nv, newHas := new.elems[id]
+		if oldHas && !deleted[id.set] && (!newHas || ov.value != nv.value) {
+			delElems = append(delElems, Element{Set: id.set, Key: id.key, Value: ov.value})
+		}
+		if newHas && (!oldHas || deleted[id.set] || ov.value != nv.value) {
+			addElems = append(addElems, Element{Set: id.set, Key: id.key, Value: nv.value})
+		}
+	}
+
+	sortChains(addChains)
+	sortChains(rewrite)
+	sortChains(delChains)
+	sortSets(delSets)
+	sortSets(addSets)
+
+	for _, c := range addChains {
+		tx.add(op{kind: opAddChain, chain: c})
+	}
+	for _, cs := range [][]*Chain{rewrite, delChains} {
+		for _, c := range cs {
+			tx.add(op{kind: opFlushChain, name: c.Name})
+		}
+	}
+	specOf := func(name string) *Set {
+		if s, ok := newSets[name]; ok {
+			return s
+		}
+		if s, ok := oldSets[name]; ok {
+			return s
+		}
+		for _, s := range new.Global.Sets {
+			if s.Name == name {
+				return s
+			}
+		}
+		for _, s := range old.Global.Sets {
+			if s.Name == name {
+				return s
+			}
+		}
+		return nil
+	}
+	addElementOps(tx, opDeleteElements, delElems, specOf)
+	for _, s := range delSets {
+		tx.add(op{kind: opDeleteSet, name: s.Name, set: s})
+	}
+	for _, c := range delChains {
+		tx.add(op{kind: opDeleteChain, name: c.Name})
+	}
+	for _, s := range addSets {
+		tx.add(op{kind: opAddSet, set: s})
+	}
+	addElementOps(tx, opAddElements, addElems, specOf)
+	rules := append(addChains, rewrite...)
+	sortChains(rules)
+	for _, c := range rules {
+		addRuleOps(tx, c)
+	}
+	return tx
+}
+
+// rebuild returns the transaction that turns a table holding inv (from a
+// previous process or a failed transaction) into rs, without deleting
+// the table: connections through it keep their NAT, and affinity sets
+// whose definition is unchanged keep their clients. Every existing chain
+// is flushed and every wanted one rewritten; every other existing set is
+// deleted and added again with its elements; stale chains are deleted; a
+// base chain whose hook, type or priority changed is deleted and added.
+func rebuild(inv *inventory, rs *Ruleset) *Transaction {
+	tx := &Transaction{Family: rs.Family, Table: rs.Table}
+	tx.add(op{kind: opAddTable})
+
+	var chains []*Chain
+	var sets []*Set
+	for _, f := range rs.fragments() {
+		chains = append(chains, f.Chains...)
+		sets = append(sets, f.Sets...)
+	}
+	sortChains(chains)
+	sortSets(sets)
+	wantedChain := make(map[string]bool, len(chains))
+	var recreate []*Chain
+	for _, c := range chains {
+		wantedChain[c.Name] = true
+		base, ok := inv.chains[c.Name]
+		switch {
+		case !ok:
+			tx.add(op{kind: opAddChain, chain: c})
+		case !baseEqual(base, c.Base):
+			recreate = append(recreate, c)
+		}
+	}
+	existing := sortedKeys(inv.chains)
+	for _, name := range existing {
+		tx.add(op{kind: opFlushChain, name: name})
+	}
+	kept := map[string]bool{}
+	for _, s := range sets {
+		if have, ok := inv.sets[s.Name]; ok && s.Dynamic && sameAffinitySet(have, s) {
+			kept[s.Name] = true
+		}
+	}
+	for _, name := range sortedKeys(inv.sets) {
+		if !kept[name] {
+			tx.add(op{kind: opDeleteSet, name: name, set: inv.sets[name]})
+		}
+	}
+	for _, name := range existing {
+		if !wantedChain[name] {
+			tx.add(op{kind: opDeleteChain, name: name})
+		}
+	}
+	for _, c := range recreate {
+		tx.add(op{kind: opDeleteChain, name: c.Name})
+		tx.add(op{kind: opAddChain, chain: c})
+	}
+	for _, s := range sets {
+		if !kept[s.Name] {
+			tx.add(op{kind: opAddSet, set: s})
+		}
+	}
+	elems := make([]Element, 0, len(rs.elems))
+	for id, o := range rs.elems {
+		elems = append(elems, Element{Set: id.set, Key: id.key, Value: o.value})
+	}
+	specs := make(map[string]*Set, len(sets))
+	for _, s := range sets {
+		specs[s.Name] = s
+	}
+	addElementOps(tx, opAddElements, elems, func(name string) *Set { return specs[name] })
+	for _, c := range chains {
+		addRuleOps(tx, c)
+	}
+	return tx
+}
+
+// sameAffinitySet reports whether an existing set can be kept for want:
+// the same key, flags and timeout (its comment does not matter).
+func sameAffinitySet(have, want *Set) bool {
+	h, w := *have, *want
+	h.Comment, w.Comment = "", ""
+	return h.equal(&w)
+}
+
+func baseEqual(a, b *BaseChain) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func addRuleOps(tx *Transaction, c *Chain) {
+	for i := range c.Rules {
+		tx.add(op{kind: opAddRule, name: c.Name, rule: &c.Rules[i]})
+	}
+}
+
+// addElementOps adds one operation per set, elements sorted by key.
+func addElementOps(tx *Transaction, kind opKind, elems []Element, spec func(string) *Set) {
+	slices.SortFunc(elems, func(a, b Element) int {
+		if c := strings.Compare(a.Set, b.Set); c != 0 {
+			return c
+		}
+		return a.Key.compare(b.Key)
+	})
+	for len(elems) > 0 {
+		n := 1
+		for n < len(elems) && elems[n].Set == elems[0].Set {
+			n++
+		}
+		tx.add(op{kind: kind, set: spec(elems[0].Set), elems: elems[:n:n]})
+		elems = elems[n:]
+	}
+}
+
+// objects returns the chains and sets of fs by name.
+func objects(fs []*Fragment) (map[string]*Chain, map[string]*Set) {
+	chains, sets := map[string]*Chain{}, map[string]*Set{}
+	for _, f := range fs {
+		for _, c := range f.Chains {
+			chains[c.Name] = c
+		}
+		for _, s := range f.Sets {
+			sets[s.Name] = s
+		}
+	}
+	return chains, sets
+}
+
+// refersTo reports whether a rule of c refers to one of the sets.
+func refersTo(c *Chain, sets map[string]bool) bool {
+	if len(sets) == 0 {
+		return false
+	}
+	found := false
+	for i := range c.Rules {
+		c.Rules[i].refs(func(string) {}, func(s string) { found = found || sets[s] })
+	}
+	return found
+}
+
+func sortChains(cs []*Chain) {
+	slices.SortFunc(cs, func(a, b *Chain) int { return cmp.Compare(a.Name, b.Name) })
+}
+
+func sortSets(ss []*Set) {
+	slices.SortFunc(ss, func(a, b *Set) int { return cmp.Compare(a.Name, b.Name) })
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

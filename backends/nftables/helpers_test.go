@@ -1,0 +1,102 @@
+package nftables
+
+import (
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/wasp-proxy/wasp/backends"
+)
+
+// Address plan of the tests (documentation and private ranges only):
+//
+//	ClusterIPs        10.96.0.0/16        fd00:10:96::/112
+//	pods              10.244.0.0/16       fd00:10:244::/56
+//	nodes, clients    198.51.100.0/24     2001:db8:100::/64
+//	LB VIPs           203.0.113.0/24      2001:db8:203::/64
+//	external IPs      192.0.2.0/24        2001:db8:192::/64
+//
+// The last byte of a ClusterIP repeats in its service's endpoints, VIPs
+// and node ports (10.96.0.15 → 10.244.1.15, 203.0.113.15, 30015).
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+var (
+	ip  = netip.MustParseAddr
+	pfx = netip.MustParsePrefix
+)
+
+func ep(addr string, w uint32) backends.Endpoint {
+	return backends.Endpoint{Addr: ip(addr), Port: 8080, Weight: w}
+}
+
+// svc returns a TCP service port "demo/<name>:http" on clusterIP:80 with
+// HasAnyEndpoints set when f gives it Cluster or Local endpoints.
+func svc(name, clusterIP string, f func(*backends.Service)) backends.Service {
+	fam := "IPv4"
+	if ip(clusterIP).Is6() {
+		fam = "IPv6"
+	}
+	s := backends.Service{
+		Key: "demo/" + name + ":http/TCP/" + fam, Namespace: "demo", Name: name, PortName: "http", Protocol: "TCP",
+		ClusterIP: ip(clusterIP), Port: 80,
+	}
+	if f != nil {
+		f(&s)
+	}
+	if len(s.Cluster) > 0 || len(s.Local) > 0 {
+		s.HasAnyEndpoints = true
+	}
+	return s
+}
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs (run with -update to accept):\n%s", name, lineDiff(string(want), got))
+	}
+}
+
+// lineDiff shows the lines only in want (-) and only in got (+).
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	count := map[string]int{}
+	for _, l := range g {
+		count[l]++
+	}
+	var b strings.Builder
+	for _, l := range w {
+		if count[l] > 0 {
+			count[l]--
+			continue
+		}
+		b.WriteString("- " + l + "\n")
+	}
+	count = map[string]int{}
+	for _, l := range w {
+		count[l]++
+	}
+	for _, l := range g {
+		if count[l] > 0 {
+			count[l]--
+			continue
+		}
+		b.WriteString("+ " + l + "\n")
+	}
+	return b.String()
+}

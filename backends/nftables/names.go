@@ -1,0 +1,165 @@
+package nftables
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"strings"
+
+	"github.com/wasp-proxy/wasp/backends"
+)
+
+// DefaultTable is the table each family's ruleset lives in, "ip wasp" and
+// "ip6 wasp", unless Opts.Table names another.
+const DefaultTable = "wasp"
+
+// Base chains, named "<type>-<hook>" as upstream's. They are the only
+// chains attached to netfilter hooks; every other chain is reached from
+// them.
+const (
+	filterPreroutingChain     = "filter-prerouting"
+	filterInputChain          = "filter-input"
+	filterForwardChain        = "filter-forward"
+	filterOutputChain         = "filter-output"
+	filterOutputPostDNATChain = "filter-output-post-dnat"
+	natPreroutingChain        = "nat-prerouting"
+	natOutputChain            = "nat-output"
+	natPostroutingChain       = "nat-postrouting"
+)
+
+// Service dispatch: the services chain looks a packet up in the two verdict
+// maps; nodeport-ips restricts NodePorts to State.NodePortAddresses.
+const (
+	servicesChain       = "services"
+	serviceIPsMap       = "service-ips"
+	serviceNodePortsMap = "service-nodeports"
+	nodePortIPsSet      = "nodeport-ips"
+)
+
+// Services with no usable endpoint: filter chains look new connections up
+// in these maps, whose verdicts are "goto reject-chain" or "drop".
+const (
+	serviceEndpointsCheckChain  = "service-endpoints-check"
+	nodePortEndpointsCheckChain = "nodeport-endpoints-check"
+	noEndpointServicesMap       = "no-endpoint-services"
+	noEndpointNodePortsMap      = "no-endpoint-nodeports"
+	rejectChain                 = "reject-chain"
+)
+
+// Traffic to undefined ports of ClusterIPs (rejected) and to unallocated
+// addresses of the Service CIDRs (dropped).
+const (
+	clusterIPsCheckChain = "cluster-ips-check"
+	clusterIPsSet        = "cluster-ips"
+)
+
+// loadBalancerSourceRanges.
+const (
+	firewallCheckChain = "firewall-check"
+	firewallIPsMap     = "firewall-ips"
+)
+
+// Masquerading: mark-for-masquerade sets the mark bit, masquerading (in
+// postrouting) masquerades marked packets.
+const (
+	markMasqChain     = "mark-for-masquerade"
+	masqueradingChain = "masquerading"
+)
+
+// DefaultMasqueradeBit is the bit of the packet mark that asks for
+// masquerading, upstream's default: 0x4000.
+const DefaultMasqueradeBit = 14
+
+// Per-service-port and per-endpoint object name prefixes. The rest of the
+// name is "<hash>-<namespace>/<name>/<protocol>/<port name>" for a service
+// port, with "__<ip>/<port>" appended for an endpoint.
+const (
+	clusterChainPrefix  = "service-"  // Cluster traffic policy: spreads over Cluster endpoints
+	localChainPrefix    = "local-"    // Local traffic policy: spreads over Local endpoints
+	externalChainPrefix = "external-" // NodePort, externalIPs and LB VIP traffic
+	firewallChainPrefix = "firewall-" // loadBalancerSourceRanges of the LB VIPs
+	endpointChainPrefix = "endpoint-" // masquerade hairpin, record affinity, DNAT
+	affinitySetPrefix   = "affinity-" // ClientIP affinity: recent clients of an endpoint
+)
+
+// Name length limits.
+const (
+	// nameMax is the longest table, chain or set name the kernel accepts:
+	// NFT_NAME_MAXLEN (256) counts the terminating NUL.
+	nameMax = 256 - 1
+	// prefixMax is the longest per-service prefix.
+	prefixMax = max(len(clusterChainPrefix), len(localChainPrefix), len(externalChainPrefix),
+		len(firewallChainPrefix), len(endpointChainPrefix), len(affinitySetPrefix))
+	// hashLen is how many base32 characters of the SHA-256 of a name lead
+	// it: they keep a truncated name unique and tell apart names that
+	// differ in one digit.
+	hashLen = 8
+	// baseMax is the longest name after its prefix. A service port's
+	// base is at most 8+1+63+1+63+1+4+1+63 = 205 characters (DNS labels,
+	// protocol); an endpoint's adds 2+39+1+5 = 47 for an IPv6 address and
+	// port, so only an endpoint name can reach it, and is then cut with
+	// "...".
+	baseMax = nameMax - prefixMax
+)
+
+// serviceNames are the names of one service port's objects.
+type serviceNames struct {
+	base                               string // "<hash>-ns/name/proto/port"
+	cluster, local, external, firewall string
+}
+
+func newServiceNames(svc *backends.Service) serviceNames {
+	base := hashed(svc.Namespace + "/" + svc.Name + "/" + strings.ToLower(svc.Protocol) + "/" + svc.PortName)
+	return serviceNames{
+		base:     base,
+		cluster:  clusterChainPrefix + base,
+		local:    localChainPrefix + base,
+		external: externalChainPrefix + base,
+		firewall: firewallChainPrefix + base,
+	}
+}
+
+// endpointBase returns the name base of an endpoint of svc: upstream's
+// "<hash>-ns/name/proto/port__ip/port", IPv6 colons turned into dots
+// (colons are not allowed in names).
+func endpointBase(svc *backends.Service, ep *backends.Endpoint) string {
+	ip := strings.ReplaceAll(ep.Addr.String(), ":", ".")
+	return hashed(svc.Namespace + "/" + svc.Name + "/" + strings.ToLower(svc.Protocol) + "/" + svc.PortName +
+		"__" + ip + "/" + itoa(uint64(ep.Port)))
+}
+
+// hashed prefixes name with the first hashLen base32 characters of its
+// SHA-256 and cuts the result to baseMax characters.
+func hashed(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	var enc [56]byte // base32 of the 32-byte sum, padded
+	base32.StdEncoding.Encode(enc[:], sum[:])
+	s := string(enc[:hashLen]) + "-" + name
+	if len(s) > baseMax {
+		s = s[:baseMax-3] + "..."
+	}
+	return s
+}
+
+// familyName is the error and log spelling of a family.
+func familyName(f backends.Family) string {
+	switch f {
+	case backends.IPv4:
+		return "ipv4"
+	case backends.IPv6:
+		return "ipv6"
+	}
+	return "family(" + itoa(uint64(f)) + ")"
+}
+
+func itoa(v uint64) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			return string(b[i:])
+		}
+	}
+}

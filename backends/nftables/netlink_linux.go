@@ -1,0 +1,608 @@
+//go:build linux
+
+package nftables
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	nft "github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/wasp-proxy/wasp/backends"
+)
+
+// netlinkKernel programs nftables over netlink with google/nftables,
+// in the current network namespace or in the one ns refers to.
+type netlinkKernel struct {
+	ns *os.File // nil: the current namespace
+}
+
+var _ kernel = (*netlinkKernel)(nil)
+
+func newNetlinkKernel(netns string) (kernel, error) {
+	k := &netlinkKernel{}
+	if netns != "" {
+		f, err := os.Open(netns)
+		if err != nil {
+			return nil, fmt.Errorf("open network namespace: %w", err)
+		}
+		k.ns = f
+	}
+	return k, nil
+}
+
+func (k *netlinkKernel) close() error {
+	if k.ns == nil {
+		return nil
+	}
+	return k.ns.Close()
+}
+
+// conn returns a connection whose socket buffers fit a batch of about
+// messages messages. The kernel acknowledges every message of a batch
+// after it commits, and a full rebuild at 10k services is over 100k
+// messages: with the default receive buffer the acknowledgements
+// overflow it and the sender sees ENOBUFS for a transaction that did
+// commit. Like nft, size both buffers for the batch (forcing past
+// rmem_max and wmem_max, which CAP_NET_ADMIN allows).
+func (k *netlinkKernel) conn(messages int) (*nft.Conn, error) {
+	const perMessage = 1024 // bytes of buffer per message, each way; nft reserves as much for replies
+	size := min(max(messages*perMessage, 1<<20), 1<<30)
+	opts := []nft.ConnOption{nft.WithSockOptions(func(c *netlink.Conn) error {
+		raw, err := c.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var serr error
+		err = raw.Control(func(fd uintptr) {
+			for _, o := range []struct{ force, plain int }{{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}, {unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}} {
+				if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o.force, size) != nil {
+					if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o.plain, size); e != nil && serr == nil {
+						serr = e
+					}
+				}
+			}
+		})
+		return errors.Join(err, serr)
+	})}
+	if k.ns != nil {
+		opts = append(opts, nft.WithNetNSFd(int(k.ns.Fd())))
+	}
+	return nft.New(opts...)
+}
+
+func tableFamily(f backends.Family) nft.TableFamily {
+	if f == backends.IPv6 {
+		return nft.TableFamilyIPv6
+	}
+	return nft.TableFamilyIPv4
+}
+
+func (k *netlinkKernel) load(ctx context.Context, family backends.Family, table string) (*inventory, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c, err := k.conn(0)
+	if err != nil {
+		return nil, err
+	}
+	t, err := c.ListTableOfFamily(table, tableFamily(family))
+	if errors.Is(err, unix.ENOENT) {
+		return &inventory{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list table: %w", err)
+	}
+	inv := &inventory{exists: true, chains: map[string]*BaseChain{}, sets: map[string]*Set{}}
+	chains, err := c.ListChainsOfTableFamily(tableFamily(family))
+	if err != nil {
+		return nil, fmt.Errorf("list chains: %w", err)
+	}
+	for _, ch := range chains {
+		if ch.Table == nil || ch.Table.Name != table {
+			continue
+		}
+		var base *BaseChain
+		if ch.Hooknum != nil && ch.Priority != nil {
+			base = &BaseChain{Hook: hookOf(*ch.Hooknum), Priority: int32(*ch.Priority)}
+			switch ch.Type {
+			case nft.ChainTypeFilter:
+				base.Type = ChainFilter
+			case nft.ChainTypeNAT:
+				base.Type = ChainNAT
+			}
+		}
+		inv.chains[ch.Name] = base
+	}
+	sets, err := c.GetSets(t)
+	if err != nil {
+		return nil, fmt.Errorf("list sets: %w", err)
+	}
+	for _, s := range sets {
+		if s.Anonymous {
+			continue // bound to a rule, goes with it
+		}
+		spec := &Set{Name: s.Name, Map: s.IsMap, Dynamic: s.Dynamic}
+		if s.HasTimeout {
+			spec.Timeout = uint32(s.Timeout / time.Second)
+		}
+		for _, name := range strings.Split(s.KeyType.Name, " . ") {
+			for _, kt := range []KeyType{KeyIPv4Addr, KeyIPv6Addr, KeyInetProto, KeyInetService} {
+				if kt.String() == name {
+					spec.Key = append(spec.Key, kt)
+				}
+			}
+		}
+		inv.sets[s.Name] = spec
+	}
+	return inv, nil
+}
+
+var hooks = map[Hook]nft.ChainHook{
+	HookPrerouting:  *nft.ChainHookPrerouting,
+	HookInput:       *nft.ChainHookInput,
+	HookForward:     *nft.ChainHookForward,
+	HookOutput:      *nft.ChainHookOutput,
+	HookPostrouting: *nft.ChainHookPostrouting,
+}
+
+func hookOf(h nft.ChainHook) Hook {
+	for k, v := range hooks {
+		if v == h {
+			return k
+		}
+	}
+	return 0
+}
+
+func (k *netlinkKernel) apply(ctx context.Context, tx *Transaction) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n := 0
+	for _, o := range tx.ops {
+		n += 1 + len(o.elems)/elementsPerMessage
+		if o.kind == opAddRule {
+			n++ // an anonymous set, perhaps
+		}
+	}
+	c, err := k.conn(n)
+	if err != nil {
+		return err
+	}
+	cp := &compiler{
+		c:      c,
+		family: tx.Family,
+		table:  &nft.Table{Name: tx.Table, Family: tableFamily(tx.Family)},
+		added:  map[string]*nft.Set{},
+	}
+	for i := range tx.ops {
+		if err := cp.op(&tx.ops[i]); err != nil {
+			return fmt.Errorf("operation %d: %w", i, err)
+		}
+	}
+	return c.Flush()
+}
+
+// elementsPerMessage bounds the elements of one netlink message: their
+// list is one attribute, whose length is 16 bits. An element of an IPv6
+// verdict map with the longest chain name takes about 300 bytes.
+const elementsPerMessage = 200
+
+// compiler turns operations into google/nftables calls, queued on c.
+type compiler struct {
+	c      *nft.Conn
+	family backends.Family
+	table  *nft.Table
+	nextID uint32              // set IDs of this batch
+	added  map[string]*nft.Set // named sets added in this batch
+}
+
+func (cp *compiler) id() uint32 {
+	cp.nextID++
+	return cp.nextID
+}
+
+func (cp *compiler) chain(name string) *nft.Chain {
+	return &nft.Chain{Name: name, Table: cp.table}
+}
+
+func (cp *compiler) op(o *op) error {
+	c := cp.c
+	switch o.kind {
+	case opAddTable:
+		c.AddTable(cp.table)
+	case opDeleteTable:
+		c.DelTable(cp.table)
+	case opAddChain:
+		ch := cp.chain(o.chain.Name)
+		if b := o.chain.Base; b != nil {
+			hook, prio := hooks[b.Hook], nft.ChainPriority(b.Priority)
+			policy := nft.ChainPolicyAccept
+			ch.Hooknum, ch.Priority, ch.Policy = &hook, &prio, &policy
+			ch.Type = nft.ChainTypeFilter
+			if b.Type == ChainNAT {
+				ch.Type = nft.ChainTypeNAT
+			}
+		}
+		c.AddChain(ch)
+	case opFlushChain:
+		c.FlushChain(cp.chain(o.name))
+	case opDeleteChain:
+		c.DelChain(cp.chain(o.name))
+	case opAddRule:
+		exprs, err := cp.rule(o.rule)
+		if err != nil {
+			return fmt.Errorf("rule %q: %w", o.rule, err)
+		}
+		r := &nft.Rule{Table: cp.table, Chain: cp.chain(o.name), Exprs: exprs}
+		if o.rule.Comment != "" {
+			r.UserData = userdata.AppendString(nil, userdata.TypeComment, o.rule.Comment)
+		}
+		c.AddRule(r)
+	case opAddSet:
+		s := cp.namedSet(o.set)
+		s.ID = cp.id()
+		if err := c.AddSet(s, nil); err != nil {
+			return fmt.Errorf("set %q: %w", o.set.Name, err)
+		}
+		cp.added[o.set.Name] = s
+	case opDeleteSet:
+		c.DelSet(&nft.Set{Table: cp.table, Name: o.name})
+		delete(cp.added, o.name)
+	case opAddElements, opDeleteElements:
+		s, ok := cp.added[o.set.Name]
+		if !ok {
+			s = cp.namedSet(o.set)
+		}
+		for elems := o.elems; len(elems) > 0; {
+			n := min(len(elems), elementsPerMessage)
+			vals := make([]nft.SetElement, n)
+			for i, e := range elems[:n] {
+				vals[i].Key = cp.key(o.set.Key, e.Key)
+				if o.kind == opAddElements && o.set.Map {
+					vals[i].VerdictData = verdict(e.Value)
+				}
+			}
+			var err error
+			if o.kind == opAddElements {
+				err = c.SetAddElements(s, vals)
+			} else {
+				err = c.SetDeleteElements(s, vals)
+			}
+			if err != nil {
+				return fmt.Errorf("elements of %q: %w", o.set.Name, err)
+			}
+			elems = elems[n:]
+		}
+	default:
+		return fmt.Errorf("unknown operation %d", o.kind)
+	}
+	return nil
+}
+
+var datatypes = map[KeyType]nft.SetDatatype{
+	KeyIPv4Addr:    nft.TypeIPAddr,
+	KeyIPv6Addr:    nft.TypeIP6Addr,
+	KeyInetProto:   nft.TypeInetProto,
+	KeyInetService: nft.TypeInetService,
+}
+
+// namedSet describes s for google/nftables, without an ID.
+func (cp *compiler) namedSet(s *Set) *nft.Set {
+	out := &nft.Set{Table: cp.table, Name: s.Name, Comment: s.Comment, Dynamic: s.Dynamic}
+	if len(s.Key) == 1 {
+		out.KeyType = datatypes[s.Key[0]]
+	} else {
+		ts := make([]nft.SetDatatype, len(s.Key))
+		for i, k := range s.Key {
+			ts[i] = datatypes[k]
+		}
+		out.KeyType = nft.MustConcatSetType(ts...)
+		out.Concatenation = true
+	}
+	if s.Map {
+		out.IsMap, out.DataType = true, nft.TypeVerdict
+	}
+	if s.Timeout > 0 {
+		out.HasTimeout, out.Timeout = true, time.Duration(s.Timeout)*time.Second
+	}
+	return out
+}
+
+// key encodes an element key: each field in network byte order, padded to
+// the 4-byte registers a concatenation uses.
+func (cp *compiler) key(kt []KeyType, k ElemKey) []byte {
+	var b []byte
+	for _, t := range kt {
+		switch t {
+		case KeyIPv4Addr, KeyIPv6Addr:
+			b = append(b, k.Addr.AsSlice()...)
+		case KeyInetProto:
+			b = append(b, k.Proto)
+		case KeyInetService:
+			b = binary.BigEndian.AppendUint16(b, k.Port)
+		}
+		if len(kt) > 1 {
+			for len(b)%4 != 0 {
+				b = append(b, 0)
+			}
+		}
+	}
+	return b
+}
+
+func verdict(v Verdict) *expr.Verdict {
+	out := &expr.Verdict{Chain: v.Chain}
+	switch v.Kind {
+	case Accept:
+		out.Kind = expr.VerdictAccept
+	case Drop:
+		out.Kind = expr.VerdictDrop
+	case Return:
+		out.Kind = expr.VerdictReturn
+	case Jump:
+		out.Kind = expr.VerdictJump
+	case Goto:
+		out.Kind = expr.VerdictGoto
+	}
+	return out
+}
+
+// Registers: reg 1 is the first 16-byte register; the 4-byte registers
+// NFT_REG32_00.. (8..) overlap reg 1 onwards, and a concatenation puts its
+// fields in consecutive 4-byte registers from reg 1.
+const reg1 = 1
+
+func regAt(words int) uint32 {
+	if words == 0 {
+		return reg1
+	}
+	return unix.NFT_REG32_00 + uint32(words)
+}
+
+// addrPayload loads the source or destination address into reg.
+func (cp *compiler) addrPayload(f AddrField, reg uint32) *expr.Payload {
+	p := &expr.Payload{OperationType: expr.PayloadLoad, DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Len: 4}
+	switch {
+	case cp.family == backends.IPv6 && f == SAddr:
+		p.Offset, p.Len = 8, 16
+	case cp.family == backends.IPv6:
+		p.Offset, p.Len = 24, 16
+	case f == SAddr:
+		p.Offset = 12
+	default:
+		p.Offset = 16
+	}
+	return p
+}
+
+func ne32(v uint32) []byte { return binaryutil.NativeEndian.PutUint32(v) }
+func be32(v uint32) []byte { return binaryutil.BigEndian.PutUint32(v) }
+
+func (cp *compiler) rule(r *Rule) ([]expr.Any, error) {
+	var out []expr.Any
+	for _, e := range r.Exprs {
+		switch e := e.(type) {
+		case CtStateNew:
+			out = append(out,
+				&expr.Ct{Register: reg1, Key: expr.CtKeySTATE},
+				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: ne32(expr.CtStateBitNEW), Xor: ne32(0)},
+				&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: ne32(0)})
+		case Verdict:
+			out = append(out, verdict(e))
+		case AddrMatch:
+			out = append(out, cp.addrPayload(e.Field, reg1))
+			if len(e.Prefixes) == 1 {
+				p := e.Prefixes[0].Masked()
+				if !p.IsSingleIP() {
+					out = append(out, &expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: uint32(p.Addr().BitLen() / 8),
+						Mask: prefixMask(p), Xor: make([]byte, p.Addr().BitLen()/8)})
+				}
+				op := expr.CmpOpEq
+				if e.Neg {
+					op = expr.CmpOpNeq
+				}
+				out = append(out, &expr.Cmp{Op: op, Register: reg1, Data: p.Addr().AsSlice()})
+				break
+			}
+			s, err := cp.anonAddrSet(e.Prefixes)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, &expr.Lookup{SourceRegister: reg1, SetName: s.Name, SetID: s.ID, Invert: e.Neg})
+		case SetMatch:
+			out = append(out, cp.addrPayload(e.Field, reg1), cp.lookup(e.Set, false))
+		case L4Proto:
+			out = append(out,
+				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{e.Proto}})
+		case DPort:
+			out = append(out,
+				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{e.Proto}},
+				&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binaryutil.BigEndian.PutUint16(e.Port)})
+		case FibLocal:
+			out = append(out,
+				&expr.Fib{Register: reg1, FlagSADDR: e.Field == SAddr, FlagDADDR: e.Field == DAddr, ResultADDRTYPE: true},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ne32(unix.RTN_LOCAL)})
+		case VMap:
+			words := 0
+			for _, k := range e.Key {
+				switch k {
+				case KeyDAddr:
+					p := cp.addrPayload(DAddr, regAt(words))
+					out = append(out, p)
+					words += int(p.Len) / 4
+				case KeyL4Proto:
+					out = append(out, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regAt(words)})
+					words++
+				case KeyTHDPort:
+					out = append(out, &expr.Payload{OperationType: expr.PayloadLoad, DestRegister: regAt(words),
+						Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
+					words++
+				}
+			}
+			out = append(out, cp.lookup(e.Map, true))
+		case Numgen:
+			s, err := cp.anonNumgenMap(e)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, &expr.Numgen{Register: reg1, Modulus: e.Mod, Type: unix.NFT_NG_RANDOM})
+			if e.intervals() {
+				// Interval keys compare as big-endian bytes.
+				out = append(out, &expr.Byteorder{SourceRegister: reg1, DestRegister: reg1, Op: expr.ByteorderHton, Len: 4, Size: 4})
+			}
+			out = append(out, &expr.Lookup{SourceRegister: reg1, DestRegister: 0, IsDestRegSet: true, SetName: s.Name, SetID: s.ID})
+		case Reject:
+			code := uint8(3) // ICMP_PORT_UNREACH
+			if cp.family == backends.IPv6 {
+				code = 4 // ICMPV6_PORT_UNREACH
+			}
+			out = append(out, &expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: code})
+		case MarkOr:
+			out = append(out,
+				&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: ne32(^e.Bits), Xor: ne32(e.Bits)},
+				&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1})
+		case MarkXor:
+			out = append(out,
+				&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: ne32(0xffffffff), Xor: ne32(e.Bits)},
+				&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1})
+		case MarkClear:
+			out = append(out,
+				&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: ne32(e.Bits), Xor: ne32(0)},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ne32(0)})
+		case Masquerade:
+			out = append(out, &expr.Masq{FullyRandom: e.FullyRandom})
+		case DNAT:
+			fam := uint32(unix.NFPROTO_IPV4)
+			if cp.family == backends.IPv6 {
+				fam = unix.NFPROTO_IPV6
+			}
+			out = append(out,
+				&expr.Immediate{Register: reg1, Data: e.To.Addr().AsSlice()},
+				&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(e.To.Port())},
+				&expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg1, RegProtoMin: 2, Specified: true})
+		case SetUpdate:
+			s := cp.added[e.Set]
+			ds := &expr.Dynset{SrcRegKey: reg1, SetName: e.Set, Operation: unix.NFT_DYNSET_OP_UPDATE}
+			if s != nil {
+				ds.SetID = s.ID
+			}
+			out = append(out, cp.addrPayload(SAddr, reg1), ds)
+		default:
+			return nil, fmt.Errorf("expression %T not supported", e)
+		}
+	}
+	return out, nil
+}
+
+// lookup looks reg 1 up in a named set, or map with dreg 0 (the verdict).
+func (cp *compiler) lookup(name string, vmap bool) *expr.Lookup {
+	l := &expr.Lookup{SourceRegister: reg1, SetName: name, IsDestRegSet: vmap}
+	if s, ok := cp.added[name]; ok {
+		l.SetID = s.ID
+	}
+	return l
+}
+
+func prefixMask(p netip.Prefix) []byte {
+	m := make([]byte, p.Addr().BitLen()/8)
+	for i := 0; i < p.Bits(); i++ {
+		m[i/8] |= 0x80 >> (i % 8)
+	}
+	return m
+}
+
+// anonAddrSet adds an anonymous interval set holding the prefixes (already
+// normalized: sorted, none inside another). As nft, it starts with an
+// interval end at the zero address when the first range starts above it,
+// and merges adjacent ranges.
+func (cp *compiler) anonAddrSet(ps []netip.Prefix) (*nft.Set, error) {
+	s := &nft.Set{Table: cp.table, Anonymous: true, Constant: true, Interval: true, Name: "__set%d", ID: cp.id(),
+		KeyType: datatypes[addrKey(cp.family)]}
+	type rng struct {
+		lo, end netip.Addr // end: first address after the range; invalid past the top
+	}
+	var rs []rng
+	for _, p := range normalizePrefixes(ps) {
+		lo := p.Masked().Addr()
+		end := lastAddr(p).Next()
+		if n := len(rs); n > 0 && rs[n-1].end == lo {
+			rs[n-1].end = end
+			continue
+		}
+		rs = append(rs, rng{lo, end})
+	}
+	var elems []nft.SetElement
+	if len(rs) > 0 && !rs[0].lo.IsUnspecified() {
+		zero := netip.IPv4Unspecified()
+		if cp.family == backends.IPv6 {
+			zero = netip.IPv6Unspecified()
+		}
+		elems = append(elems, nft.SetElement{Key: zero.AsSlice(), IntervalEnd: true})
+	}
+	for _, r := range rs {
+		elems = append(elems, nft.SetElement{Key: r.lo.AsSlice()})
+		if r.end.IsValid() {
+			elems = append(elems, nft.SetElement{Key: r.end.AsSlice(), IntervalEnd: true})
+		}
+	}
+	if err := cp.c.AddSet(s, elems); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// anonNumgenMap adds the anonymous verdict map of a numgen statement:
+// host-endian single values, or big-endian intervals (after the rule's
+// byteorder conversion) when a target spans several values.
+func (cp *compiler) anonNumgenMap(n Numgen) (*nft.Set, error) {
+	s := &nft.Set{Table: cp.table, Anonymous: true, Constant: true, IsMap: true, Name: "__map%d", ID: cp.id(),
+		KeyType: nft.TypeInteger, DataType: nft.TypeVerdict, Interval: n.intervals()}
+	var elems []nft.SetElement
+	for _, t := range n.Targets {
+		v := verdict(Verdict{Goto, t.Chain})
+		if !s.Interval {
+			elems = append(elems, nft.SetElement{Key: ne32(t.Lo), VerdictData: v})
+			continue
+		}
+		// Adjacent intervals need no end element but the last (as nft).
+		elems = append(elems, nft.SetElement{Key: be32(t.Lo), VerdictData: v})
+	}
+	if s.Interval {
+		elems = append(elems, nft.SetElement{Key: be32(n.Mod), IntervalEnd: true})
+	}
+	if s.Interval {
+		s.KeyByteOrder = binaryutil.BigEndian
+	}
+	if err := cp.c.AddSet(s, elems); err != nil {
+		return nil, err
+	}
+	return s, nil
+}

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package nftables
+
+func newNetlinkKernel(netns string) (kernel, error) {
+	return nil, ErrNotSupported
+}

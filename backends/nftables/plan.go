@@ -1,0 +1,532 @@
+package nftables
+
+import (
+	"math"
+	"net/netip"
+	"slices"
+
+	"github.com/wasp-proxy/wasp/backends"
+)
+
+// config is what a Backend's plans depend on besides the State.
+type config struct {
+	family backends.Family
+	table  string
+	mark   uint32 // the masquerade bit, as a mark value (1 << bit)
+}
+
+// Plan returns the ruleset that programs s in table cfg.table. It is pure:
+// the same config and State give the same Ruleset.
+func Plan(family backends.Family, table string, masqueradeBit int, s *backends.State) *Ruleset {
+	return newPlanner(config{family: family, table: table, mark: 1 << uint(masqueradeBit)}).plan(s)
+}
+
+// planner plans rulesets and keeps the fragment of every service port of
+// the last plan, to reuse it while the service port and the state-wide
+// inputs it depends on stay the same. Reuse only saves work: plan(s)
+// returns what Plan returns.
+type planner struct {
+	cfg   config
+	wide  stateWide
+	cache map[string]cached // by service key
+}
+
+type cached struct {
+	svc  backends.Service // deep copy of the input
+	frag *Fragment
+}
+
+func newPlanner(cfg config) *planner {
+	return &planner{cfg: cfg}
+}
+
+// stateWide are the State fields a service port's fragment depends on.
+type stateWide struct {
+	masqueradeAll bool
+	podCIDRs      []netip.Prefix // local-traffic detection; empty: none
+	nodeIPs       []netip.Addr   // for the firewall's node exception
+}
+
+func (w *stateWide) equal(o *stateWide) bool {
+	return w.masqueradeAll == o.masqueradeAll && slices.Equal(w.podCIDRs, o.podCIDRs) && slices.Equal(w.nodeIPs, o.nodeIPs)
+}
+
+func (p *planner) plan(s *backends.State) *Ruleset {
+	wide := stateWide{
+		masqueradeAll: s.MasqueradeAll,
+		podCIDRs:      normalizePrefixes(s.ClusterCIDRs),
+		nodeIPs:       sortedAddrs(s.NodePortAddresses),
+	}
+	old := p.cache
+	if !wide.equal(&p.wide) {
+		old = nil
+	}
+	p.wide = wide
+	p.cache = make(map[string]cached, len(s.Services))
+
+	rs := &Ruleset{Family: p.cfg.family, Table: p.cfg.table, Global: p.global(s)}
+	rs.Services = make([]*Fragment, 0, len(s.Services))
+	for i := range s.Services {
+		svc := &s.Services[i]
+		c, ok := old[svc.Key]
+		if !ok || !serviceEqual(&c.svc, svc) {
+			c = cached{svc: cloneService(svc), frag: p.service(&wide, svc)}
+		}
+		p.cache[svc.Key] = c
+		rs.Services = append(rs.Services, c.frag)
+	}
+	rs.index()
+	return rs
+}
+
+// Base chains in the order upstream creates them, and the jumps from them.
+var (
+	baseChains = []struct {
+		name string
+		spec BaseChain
+	}{
+		// Filter chains see the destination before DNAT.
+		{filterPreroutingChain, BaseChain{ChainFilter, HookPrerouting, priorityDstNAT - 10}},
+		{filterInputChain, BaseChain{ChainFilter, HookInput, priorityDstNAT - 10}},
+		{filterForwardChain, BaseChain{ChainFilter, HookForward, priorityDstNAT - 10}},
+		{filterOutputChain, BaseChain{ChainFilter, HookOutput, priorityDstNAT - 10}},
+		// After DNAT: an undefined port of a ClusterIP is still a ClusterIP.
+		{filterOutputPostDNATChain, BaseChain{ChainFilter, HookOutput, priorityDstNAT + 10}},
+		{natPreroutingChain, BaseChain{ChainNAT, HookPrerouting, priorityDstNAT}},
+		{natOutputChain, BaseChain{ChainNAT, HookOutput, priorityDstNAT}},
+		{natPostroutingChain, BaseChain{ChainNAT, HookPostrouting, prioritySrcNAT}},
+	}
+	baseJumps = []struct {
+		from, to string
+		newOnly  bool // "ct state new"
+	}{
+		// Reject is only allowed in input, forward and output (before
+		// kernel 5.9), so the endpoint checks are not in prerouting.
+		{filterInputChain, nodePortEndpointsCheckChain, true},
+		{filterInputChain, serviceEndpointsCheckChain, true},
+		{filterForwardChain, serviceEndpointsCheckChain, true},
+		{filterOutputChain, serviceEndpointsCheckChain, true},
+		{filterPreroutingChain, firewallCheckChain, true},
+		{filterOutputChain, firewallCheckChain, true},
+		{natOutputChain, servicesChain, false},
+		{natPreroutingChain, servicesChain, false},
+		{natPostroutingChain, masqueradingChain, false},
+		{filterForwardChain, clusterIPsCheckChain, true},
+		{filterOutputPostDNATChain, clusterIPsCheckChain, true},
+	}
+)
+
+// dispatchKey is the key of service-ips, no-endpoint-services and
+// firewall-ips: destination address, protocol, port.
+var dispatchKey = []KeyField{KeyDAddr, KeyL4Proto, KeyTHDPort}
+
+// nodePortKey is the key of service-nodeports and no-endpoint-nodeports.
+var nodePortKey = []KeyField{KeyL4Proto, KeyTHDPort}
+
+// global plans the table-wide objects.
+func (p *planner) global(s *backends.State) *Fragment {
+	fam := p.cfg.family
+	f := &Fragment{}
+	chains := map[string]*Chain{}
+	chain := func(name string, base *BaseChain) *Chain {
+		c := &Chain{Name: name, Base: base}
+		chains[name] = c
+		f.Chains = append(f.Chains, c)
+		return c
+	}
+	for _, bc := range baseChains {
+		spec := bc.spec
+		chain(bc.name, &spec)
+	}
+	for _, name := range []string{nodePortEndpointsCheckChain, serviceEndpointsCheckChain, firewallCheckChain,
+		servicesChain, masqueradingChain, clusterIPsCheckChain, markMasqChain, rejectChain} {
+		chain(name, nil)
+	}
+	for _, j := range baseJumps {
+		var r Rule
+		if j.newOnly {
+			r.Exprs = append(r.Exprs, CtStateNew{})
+		}
+		r.Exprs = append(r.Exprs, Verdict{Jump, j.to})
+		chains[j.from].Rules = append(chains[j.from].Rules, r)
+	}
+
+	chains[markMasqChain].Rules = []Rule{{Exprs: []Expr{MarkOr{p.cfg.mark}}}}
+	chains[masqueradingChain].Rules = []Rule{
+		{Exprs: []Expr{MarkClear{p.cfg.mark}, Verdict{Kind: Return}}},
+		{Exprs: []Expr{MarkXor{p.cfg.mark}}},
+		{Exprs: []Expr{Masquerade{FullyRandom: true}}},
+	}
+	chains[rejectChain].Rules = []Rule{{Exprs: []Expr{Reject{}}}}
+
+	addr := addrKey(fam)
+	f.Sets = []*Set{
+		{Name: clusterIPsSet, Key: []KeyType{addr}, Comment: "Active ClusterIPs"},
+		{Name: serviceIPsMap, Key: []KeyType{addr, KeyInetProto, KeyInetService}, Map: true,
+			Comment: "ClusterIP, ExternalIP and LoadBalancer IP traffic"},
+		{Name: serviceNodePortsMap, Key: []KeyType{KeyInetProto, KeyInetService}, Map: true, Comment: "NodePort traffic"},
+		{Name: noEndpointServicesMap, Key: []KeyType{addr, KeyInetProto, KeyInetService}, Map: true,
+			Comment: "vmap to drop or reject packets to services with no endpoints"},
+		{Name: noEndpointNodePortsMap, Key: []KeyType{KeyInetProto, KeyInetService}, Map: true,
+			Comment: "vmap to drop or reject packets to service nodeports with no endpoints"},
+		{Name: firewallIPsMap, Key: []KeyType{addr, KeyInetProto, KeyInetService}, Map: true,
+			Comment: "destinations that are subject to LoadBalancerSourceRanges"},
+	}
+
+	chains[clusterIPsCheckChain].Rules = []Rule{{
+		Exprs:   []Expr{SetMatch{fam, DAddr, clusterIPsSet}, Reject{}},
+		Comment: "Reject traffic to invalid ports of ClusterIPs",
+	}}
+	if cidrs := normalizePrefixes(s.ServiceCIDRs); len(cidrs) > 0 {
+		chains[clusterIPsCheckChain].Rules = append(chains[clusterIPsCheckChain].Rules, Rule{
+			Exprs:   []Expr{AddrMatch{Family: fam, Field: DAddr, Prefixes: cidrs, Braces: true}, Verdict{Kind: Drop}},
+			Comment: "Drop traffic to unallocated ClusterIPs",
+		})
+	}
+
+	// NodePorts answer on every local address but loopback (upstream
+	// never supports localhost NodePorts in nftables mode), or on the
+	// configured addresses.
+	var nodePortMatch []Expr
+	var nodeIPs []netip.Addr
+	for _, a := range sortedAddrs(s.NodePortAddresses) {
+		if !a.IsLoopback() {
+			nodeIPs = append(nodeIPs, a)
+		}
+	}
+	var noEndpointNodePortMatch []Expr
+	if len(s.NodePortAddresses) == 0 {
+		loop := netip.MustParsePrefix("127.0.0.0/8")
+		if fam == backends.IPv6 {
+			loop = netip.MustParsePrefix("::1/128")
+		}
+		notLoop := AddrMatch{Family: fam, Field: DAddr, Neg: true, Prefixes: []netip.Prefix{loop}}
+		nodePortMatch = []Expr{FibLocal{DAddr}, notLoop}
+		noEndpointNodePortMatch = []Expr{notLoop}
+	} else {
+		f.Sets = append(f.Sets, &Set{Name: nodePortIPsSet, Key: []KeyType{addr}, Comment: "IPs that accept NodePort traffic"})
+		for _, a := range nodeIPs {
+			f.Elements = append(f.Elements, Element{Set: nodePortIPsSet, Key: ElemKey{Addr: a}})
+		}
+		nodePortMatch = []Expr{SetMatch{fam, DAddr, nodePortIPsSet}}
+		noEndpointNodePortMatch = nodePortMatch
+	}
+
+	chains[serviceEndpointsCheckChain].Rules = []Rule{{Exprs: []Expr{VMap{fam, dispatchKey, noEndpointServicesMap}}}}
+	chains[nodePortEndpointsCheckChain].Rules = []Rule{{
+		Exprs: append(slices.Clone(noEndpointNodePortMatch), VMap{fam, nodePortKey, noEndpointNodePortsMap}),
+	}}
+	chains[firewallCheckChain].Rules = []Rule{{Exprs: []Expr{VMap{fam, dispatchKey, firewallIPsMap}}}}
+	chains[servicesChain].Rules = []Rule{
+		{Exprs: []Expr{VMap{fam, dispatchKey, serviceIPsMap}}},
+		{Exprs: append(slices.Clone(nodePortMatch), VMap{fam, nodePortKey, serviceNodePortsMap})},
+	}
+	return f
+}
+
+// service plans one service port, following upstream's syncProxyRules.
+func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
+	fam := p.cfg.family
+	names := newServiceNames(svc)
+	proto := protoNumber(svc.Protocol)
+	f := &Fragment{Key: svc.Key}
+
+	hasEndpoints := svc.HasAnyEndpoints
+	usesCluster := len(svc.Cluster) > 0
+	usesLocal := len(svc.Local) > 0
+
+	internalChain, hasInternal := names.cluster, hasEndpoints && usesCluster
+	if svc.InternalPolicyLocal {
+		internalChain, hasInternal = names.local, hasEndpoints && usesLocal
+	}
+	externalPolicyChain, hasExternal := names.cluster, hasEndpoints && usesCluster
+	if svc.ExternalPolicyLocal {
+		externalPolicyChain, hasExternal = names.local, hasEndpoints && usesLocal
+	}
+	externallyAccessible := svc.NodePort != 0 || len(svc.ExternalIPs) > 0 || len(svc.LoadBalancerVIPs) > 0
+	// The external chain exists whenever there are endpoints anywhere,
+	// for its short-circuit rules, even with none for external traffic.
+	usesExternal := hasEndpoints && externallyAccessible
+
+	internalVerdict, externalVerdict := Verdict{Kind: Drop}, Verdict{Kind: Drop}
+	if !hasEndpoints {
+		internalVerdict, externalVerdict = Verdict{Goto, rejectChain}, Verdict{Goto, rejectChain}
+	}
+
+	dispatch := func(a netip.Addr) ElemKey { return ElemKey{Addr: a, Proto: proto, Port: svc.Port} }
+	elem := func(set string, k ElemKey, v Verdict) {
+		f.Elements = append(f.Elements, Element{Set: set, Key: k, Value: v})
+	}
+
+	// ClusterIP.
+	elem(clusterIPsSet, ElemKey{Addr: svc.ClusterIP}, Verdict{})
+	if hasInternal {
+		elem(serviceIPsMap, dispatch(svc.ClusterIP), Verdict{Goto, internalChain})
+	} else {
+		elem(noEndpointServicesMap, dispatch(svc.ClusterIP), internalVerdict)
+	}
+	// External IPs and load-balancer VIPs.
+	for _, list := range [][]netip.Addr{sortedAddrs(svc.ExternalIPs), sortedAddrs(svc.LoadBalancerVIPs)} {
+		for _, a := range list {
+			if hasEndpoints {
+				elem(serviceIPsMap, dispatch(a), Verdict{Goto, names.external})
+			}
+			if !hasExternal {
+				elem(noEndpointServicesMap, dispatch(a), externalVerdict)
+			}
+		}
+	}
+	usesFirewall := len(svc.LoadBalancerVIPs) > 0 && len(svc.LoadBalancerSourceRanges) > 0
+	if usesFirewall {
+		for _, a := range sortedAddrs(svc.LoadBalancerVIPs) {
+			elem(firewallIPsMap, dispatch(a), Verdict{Goto, names.firewall})
+		}
+	}
+	// NodePort.
+	if svc.NodePort != 0 {
+		k := ElemKey{Proto: proto, Port: svc.NodePort}
+		if hasEndpoints {
+			elem(serviceNodePortsMap, k, Verdict{Goto, names.external})
+		}
+		if !hasExternal {
+			elem(noEndpointNodePortsMap, k, externalVerdict)
+		}
+	}
+
+	// Chains. The masquerade rule goes first in the internal policy chain.
+	var masq []Rule
+	if hasInternal {
+		match := []Expr{AddrMatch{Family: fam, Field: DAddr, Prefixes: []netip.Prefix{netip.PrefixFrom(svc.ClusterIP, svc.ClusterIP.BitLen())}},
+			DPort{proto, svc.Port}}
+		switch {
+		case w.masqueradeAll:
+			masq = []Rule{{Exprs: append(match, Verdict{Jump, markMasqChain})}}
+		case len(w.podCIDRs) > 0:
+			// Off-cluster traffic to a ClusterIP may come back through
+			// another node: masquerade it.
+			masq = []Rule{{Exprs: append(match, AddrMatch{Family: fam, Field: SAddr, Neg: true, Prefixes: w.podCIDRs},
+				Verdict{Jump, markMasqChain})}}
+		}
+	}
+
+	// Endpoint chains for every endpoint either policy chain uses.
+	type epInfo struct {
+		chain, affinity string
+	}
+	eps := map[netip.AddrPort]epInfo{}
+	var epOrder []*backends.Endpoint
+	note := func(list []backends.Endpoint) {
+		for i := range list {
+			ep := &list[i]
+			ap := netip.AddrPortFrom(ep.Addr, ep.Port)
+			if _, ok := eps[ap]; ok {
+				continue
+			}
+			base := endpointBase(svc, ep)
+			eps[ap] = epInfo{chain: endpointChainPrefix + base, affinity: affinitySetPrefix + base}
+			epOrder = append(epOrder, ep)
+		}
+	}
+	if usesCluster {
+		note(svc.Cluster)
+	}
+	if usesLocal {
+		note(svc.Local)
+	}
+	affinity := svc.AffinityTimeout > 0
+
+	policyChain := func(name string, list []backends.Endpoint) {
+		c := &Chain{Name: name}
+		if name == internalChain {
+			c.Rules = append(c.Rules, masq...)
+		}
+		if affinity {
+			for i := range list {
+				info := eps[netip.AddrPortFrom(list[i].Addr, list[i].Port)]
+				c.Rules = append(c.Rules, Rule{Exprs: []Expr{SetMatch{fam, SAddr, info.affinity}, Verdict{Goto, info.chain}}})
+			}
+		}
+		c.Rules = append(c.Rules, Rule{Exprs: []Expr{numgen(list, func(i int) string {
+			return eps[netip.AddrPortFrom(list[i].Addr, list[i].Port)].chain
+		})}})
+		f.Chains = append(f.Chains, c)
+	}
+	if usesCluster {
+		policyChain(names.cluster, svc.Cluster)
+	}
+	if usesLocal {
+		policyChain(names.local, svc.Local)
+	}
+
+	if usesExternal {
+		c := &Chain{Name: names.external}
+		if !svc.ExternalPolicyLocal {
+			// Endpoints may be on other nodes: masquerade.
+			c.Rules = append(c.Rules, Rule{Exprs: []Expr{Verdict{Jump, markMasqChain}}})
+		} else if usesCluster {
+			// Pod and host traffic to an external address acts as if it
+			// went out to the load balancer and back: Cluster policy.
+			if len(w.podCIDRs) > 0 {
+				c.Rules = append(c.Rules, Rule{
+					Exprs:   []Expr{AddrMatch{Family: fam, Field: SAddr, Prefixes: w.podCIDRs}, Verdict{Goto, names.cluster}},
+					Comment: "short-circuit pod traffic",
+				})
+			}
+			c.Rules = append(c.Rules,
+				Rule{Exprs: []Expr{FibLocal{SAddr}, Verdict{Jump, markMasqChain}}, Comment: "masquerade local traffic"},
+				Rule{Exprs: []Expr{FibLocal{SAddr}, Verdict{Goto, names.cluster}}, Comment: "short-circuit local traffic"},
+			)
+		}
+		if hasExternal {
+			c.Rules = append(c.Rules, Rule{Exprs: []Expr{Verdict{Goto, externalPolicyChain}}})
+		}
+		f.Chains = append(f.Chains, c)
+	}
+
+	if usesFirewall {
+		sources := normalizePrefixes(svc.LoadBalancerSourceRanges)
+		// A VIP bound to this node loops back with the VIP as source:
+		// allow it when the node itself is allowed.
+		if nodeAllowed(sources, w.nodeIPs) {
+			for _, a := range sortedAddrs(svc.LoadBalancerVIPs) {
+				sources = append(sources, netip.PrefixFrom(a, a.BitLen()))
+			}
+			sources = normalizePrefixes(sources)
+		}
+		f.Chains = append(f.Chains, &Chain{Name: names.firewall, Rules: []Rule{{
+			Exprs: []Expr{AddrMatch{Family: fam, Field: SAddr, Neg: true, Prefixes: sources, Braces: true}, Verdict{Kind: Drop}},
+		}}})
+	}
+
+	for _, ep := range epOrder {
+		info := eps[netip.AddrPortFrom(ep.Addr, ep.Port)]
+		c := &Chain{Name: info.chain}
+		// Hairpin: a pod reaching itself through the service.
+		c.Rules = append(c.Rules, Rule{Exprs: []Expr{
+			AddrMatch{Family: fam, Field: SAddr, Prefixes: []netip.Prefix{netip.PrefixFrom(ep.Addr, ep.Addr.BitLen())}},
+			Verdict{Jump, markMasqChain},
+		}})
+		if affinity {
+			c.Rules = append(c.Rules, Rule{Exprs: []Expr{SetUpdate{fam, info.affinity}}})
+			f.Sets = append(f.Sets, &Set{Name: info.affinity, Key: []KeyType{addrKey(fam)}, Dynamic: true, Timeout: svc.AffinityTimeout})
+		}
+		c.Rules = append(c.Rules, Rule{Exprs: []Expr{L4Proto{proto}, DNAT{fam, netip.AddrPortFrom(ep.Addr, ep.Port)}}})
+		f.Chains = append(f.Chains, c)
+	}
+	return f
+}
+
+// numgen spreads new connections over endpoints in proportion to their
+// weights, divided by their greatest common divisor: weights 3 and 1 give
+// "numgen random mod 4 vmap { 0-2 : goto A, 3 : goto B }", equal weights
+// upstream's "numgen random mod N vmap { 0 : goto A, 1 : goto B, ... }".
+// Should the reduced weights add up past 2^31-1, each is scaled down
+// proportionally (to at least 1) to keep the modulus within 32 bits.
+func numgen(eps []backends.Endpoint, chain func(int) string) Numgen {
+	g := uint64(0)
+	for _, ep := range eps {
+		g = gcd(g, uint64(max(ep.Weight, 1)))
+	}
+	ws := make([]uint64, len(eps))
+	var total uint64
+	for i, ep := range eps {
+		ws[i] = uint64(max(ep.Weight, 1)) / g
+		total += ws[i]
+	}
+	const limit = math.MaxInt32
+	if total > limit {
+		// ws[i] < 2^32 and limit < 2^31: the product fits; the sum ends
+		// below limit+len(ws).
+		scaled := uint64(0)
+		for i := range ws {
+			ws[i] = max(1, ws[i]*limit/total)
+			scaled += ws[i]
+		}
+		total = scaled
+	}
+	n := Numgen{Mod: uint32(total)}
+	var lo uint64
+	for i, w := range ws {
+		n.Targets = append(n.Targets, NumgenTarget{Lo: uint32(lo), Hi: uint32(lo + w - 1), Chain: chain(i)})
+		lo += w
+	}
+	return n
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// nodeAllowed reports whether one of the node's addresses is in sources.
+func nodeAllowed(sources []netip.Prefix, nodeIPs []netip.Addr) bool {
+	for _, p := range sources {
+		for _, a := range nodeIPs {
+			if p.Contains(a) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// normalizePrefixes returns the prefixes masked, sorted and without
+// duplicates or prefixes inside another one: what an interval set holds.
+func normalizePrefixes(ps []netip.Prefix) []netip.Prefix {
+	if len(ps) == 0 {
+		return nil
+	}
+	out := make([]netip.Prefix, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, p.Masked())
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	kept := out[:0]
+	for _, p := range out {
+		if len(kept) > 0 && kept[len(kept)-1].Contains(p.Addr()) {
+			continue // same or inside the previous prefix (sorted by start, shorter first)
+		}
+		kept = append(kept, p)
+	}
+	return kept
+}
+
+func sortedAddrs(as []netip.Addr) []netip.Addr {
+	if len(as) == 0 {
+		return nil
+	}
+	out := slices.Clone(as)
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
+// serviceEqual reports whether two service ports plan alike.
+func serviceEqual(a, b *backends.Service) bool {
+	return a.Key == b.Key && a.Namespace == b.Namespace && a.Name == b.Name && a.PortName == b.PortName &&
+		a.Protocol == b.Protocol && a.ClusterIP == b.ClusterIP && a.Port == b.Port && a.NodePort == b.NodePort &&
+		slices.Equal(a.ExternalIPs, b.ExternalIPs) && slices.Equal(a.LoadBalancerVIPs, b.LoadBalancerVIPs) &&
+		slices.Equal(a.LoadBalancerSourceRanges, b.LoadBalancerSourceRanges) &&
+		a.AffinityTimeout == b.AffinityTimeout && a.InternalPolicyLocal == b.InternalPolicyLocal &&
+		a.ExternalPolicyLocal == b.ExternalPolicyLocal && a.HasAnyEndpoints == b.HasAnyEndpoints &&
+		slices.Equal(a.Cluster, b.Cluster) && slices.Equal(a.Local, b.Local) &&
+		(a.Cluster == nil) == (b.Cluster == nil) && (a.Local == nil) == (b.Local == nil)
+}
+
+// cloneService deep-copies the fields the plan reads.
+func cloneService(s *backends.Service) backends.Service {
+	c := *s
+	c.ExternalIPs = slices.Clone(s.ExternalIPs)
+	c.LoadBalancerVIPs = slices.Clone(s.LoadBalancerVIPs)
+	c.LoadBalancerSourceRanges = slices.Clone(s.LoadBalancerSourceRanges)
+	c.Cluster = slices.Clone(s.Cluster)
+	c.Local = slices.Clone(s.Local)
+	c.Serving = nil // not planned
+	return c
+}

@@ -1,0 +1,218 @@
+package nftables
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/wasp-proxy/wasp/backends"
+)
+
+// goldenState4 has one service port per behaviour the plan knows.
+func goldenState4() *backends.State {
+	return &backends.State{
+		Family:       backends.IPv4,
+		ServiceCIDRs: []netip.Prefix{pfx("10.96.0.0/16")},
+		ClusterCIDRs: []netip.Prefix{pfx("10.244.0.0/16")},
+		Services: sortServices([]backends.Service{
+			svc("web", "10.96.0.10", func(s *backends.Service) {
+				s.Cluster = []backends.Endpoint{ep("10.244.1.10", 1), ep("10.244.2.10", 1)}
+			}),
+			svc("weighted", "10.96.0.11", func(s *backends.Service) {
+				s.Cluster = []backends.Endpoint{ep("10.244.1.11", 6), ep("10.244.2.11", 2)}
+			}),
+			svc("sticky", "10.96.0.12", func(s *backends.Service) {
+				s.AffinityTimeout = 10800
+				s.Cluster = []backends.Endpoint{ep("10.244.1.12", 1), ep("10.244.2.12", 1)}
+			}),
+			svc("empty", "10.96.0.13", func(s *backends.Service) {
+				s.NodePort = 30013
+				s.ExternalIPs = []netip.Addr{ip("192.0.2.13")}
+			}),
+			svc("node-local", "10.96.0.14", func(s *backends.Service) {
+				s.InternalPolicyLocal, s.HasAnyEndpoints = true, true
+				s.Cluster, s.Local = nil, []backends.Endpoint{}
+			}),
+			svc("lb", "10.96.0.15", func(s *backends.Service) {
+				s.NodePort, s.HealthCheckNodePort, s.ExternalPolicyLocal = 30015, 32015, true
+				s.ExternalIPs = []netip.Addr{ip("192.0.2.15")}
+				s.LoadBalancerVIPs = []netip.Addr{ip("203.0.113.15")}
+				s.LoadBalancerSourceRanges = []netip.Prefix{pfx("198.51.100.0/25"), pfx("192.0.2.0/24")}
+				s.Cluster = []backends.Endpoint{ep("10.244.1.15", 1), ep("10.244.2.15", 1)}
+				s.Local = []backends.Endpoint{ep("10.244.1.15", 1)}
+			}),
+			svc("lb-remote", "10.96.0.16", func(s *backends.Service) {
+				s.NodePort, s.ExternalPolicyLocal = 30016, true
+				s.LoadBalancerVIPs = []netip.Addr{ip("203.0.113.16")}
+				s.Cluster = []backends.Endpoint{ep("10.244.2.16", 1)}
+				s.Local = []backends.Endpoint{}
+			}),
+			{
+				Key: "demo/dns:dns/UDP/IPv4", Namespace: "demo", Name: "dns", PortName: "dns", Protocol: "UDP",
+				ClusterIP: ip("10.96.0.17"), Port: 53, HasAnyEndpoints: true,
+				Cluster: []backends.Endpoint{{Addr: ip("10.244.1.17"), Port: 53, Weight: 1}},
+			},
+		}),
+	}
+}
+
+// goldenState6 is a smaller IPv6 state with NodePorts on two addresses.
+func goldenState6() *backends.State {
+	return &backends.State{
+		Family:            backends.IPv6,
+		NodePortAddresses: []netip.Addr{ip("2001:db8:100::11"), ip("::1")},
+		ServiceCIDRs:      []netip.Prefix{pfx("fd00:10:96::/112")},
+		ClusterCIDRs:      []netip.Prefix{pfx("fd00:10:244::/56")},
+		MasqueradeAll:     true,
+		Services: sortServices([]backends.Service{
+			svc("web", "fd00:10:96::10", func(s *backends.Service) {
+				s.NodePort = 30010
+				s.AffinityTimeout = 60
+				s.Cluster = []backends.Endpoint{ep("fd00:10:244:1::10", 2), ep("fd00:10:244:2::10", 1)}
+			}),
+			svc("empty", "fd00:10:96::13", nil),
+		}),
+	}
+}
+
+func sortServices(ss []backends.Service) []backends.Service {
+	for i := range ss {
+		for j := i + 1; j < len(ss); j++ {
+			if ss[j].Key < ss[i].Key {
+				ss[i], ss[j] = ss[j], ss[i]
+			}
+		}
+	}
+	return ss
+}
+
+func TestGolden(t *testing.T) {
+	tests := []struct {
+		name  string
+		state *backends.State
+		file  string
+	}{
+		{"ipv4", goldenState4(), "golden-ipv4.nft"},
+		{"ipv6", goldenState6(), "golden-ipv6.nft"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := NewFake()
+			b, err := NewWithFake(Opts{Family: tt.state.Family}, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Sync(context.Background(), tt.state); err != nil {
+				t.Fatal(err)
+			}
+			got := f.Dump()
+			golden(t, tt.file, got)
+			if plan := Plan(tt.state.Family, DefaultTable, DefaultMasqueradeBit, tt.state).Dump(); plan != got {
+				t.Errorf("the plan's dump differs from the fake's:\n%s", lineDiff(plan, got))
+			}
+		})
+	}
+}
+
+// TestPlanDeterministic: the same input gives the same plan, whether
+// planned fresh or through a planner that reuses fragments.
+func TestPlanDeterministic(t *testing.T) {
+	for _, s := range []*backends.State{goldenState4(), goldenState6()} {
+		a := Plan(s.Family, DefaultTable, DefaultMasqueradeBit, s).Dump()
+		for range 3 {
+			if b := Plan(s.Family, DefaultTable, DefaultMasqueradeBit, s).Dump(); a != b {
+				t.Fatalf("two plans of one state differ:\n%s", lineDiff(a, b))
+			}
+		}
+		p := newPlanner(config{family: s.Family, table: DefaultTable, mark: 1 << DefaultMasqueradeBit})
+		p.plan(&backends.State{Family: s.Family})
+		p.plan(s)
+		if b := p.plan(s).Dump(); a != b {
+			t.Fatalf("a reusing planner differs from a fresh one:\n%s", lineDiff(a, b))
+		}
+	}
+}
+
+// TestPlanReusesFragments: an unchanged service port keeps its fragment,
+// a changed one gets a new one, and a state-wide change renews them all.
+func TestPlanReusesFragments(t *testing.T) {
+	s := goldenState4()
+	p := newPlanner(config{family: s.Family, table: DefaultTable, mark: 1 << DefaultMasqueradeBit})
+	a := p.plan(s)
+	s2 := goldenState4()
+	s2.Services[0].Cluster = append(s2.Services[0].Cluster, ep("10.244.3.1", 1))
+	b := p.plan(s2)
+	for i := range a.Services {
+		if same := a.Services[i] == b.Services[i]; same != (i != 0) {
+			t.Errorf("service %q: fragment reused %v, want %v", a.Services[i].Key, same, i != 0)
+		}
+	}
+	s3 := goldenState4()
+	s3.Services[0].Cluster = append(s3.Services[0].Cluster, ep("10.244.3.1", 1))
+	s3.MasqueradeAll = true
+	c := p.plan(s3)
+	for i := range b.Services {
+		if b.Services[i] == c.Services[i] {
+			t.Errorf("service %q: fragment reused across a MasqueradeAll change", b.Services[i].Key)
+		}
+	}
+}
+
+func TestNumgenWeights(t *testing.T) {
+	chain := func(i int) string { return string(rune('A' + i)) }
+	tests := []struct {
+		name    string
+		weights []uint32
+		want    string
+	}{
+		{"one", []uint32{5}, "numgen random mod 1 vmap { 0 : goto A }"},
+		{"equal weights as upstream", []uint32{3, 3, 3}, "numgen random mod 3 vmap { 0 : goto A, 1 : goto B, 2 : goto C }"},
+		{"reduced by the gcd", []uint32{6, 2}, "numgen random mod 4 vmap { 0-2 : goto A, 3 : goto B }"},
+		{"nine to one", []uint32{9, 1}, "numgen random mod 10 vmap { 0-8 : goto A, 9 : goto B }"},
+		{"coprime", []uint32{2, 3, 5}, "numgen random mod 10 vmap { 0-1 : goto A, 2-4 : goto B, 5-9 : goto C }"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var eps []backends.Endpoint
+			for _, w := range tt.weights {
+				eps = append(eps, backends.Endpoint{Weight: w})
+			}
+			if got := numgen(eps, chain).String(); got != tt.want {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+	t.Run("huge weights fit 32 bits", func(t *testing.T) {
+		eps := []backends.Endpoint{{Weight: 1<<32 - 1}, {Weight: 1<<32 - 2}, {Weight: 1}}
+		n := numgen(eps, chain)
+		if n.Mod == 0 || n.Mod > 1<<31+3 || n.Targets[2].Lo != n.Targets[2].Hi {
+			t.Errorf("got %s", n)
+		}
+		if got := n.Targets[len(n.Targets)-1].Hi + 1; got != n.Mod {
+			t.Errorf("targets end at %d, modulus %d", got, n.Mod)
+		}
+	})
+}
+
+func TestChainNames(t *testing.T) {
+	s := svc("web", "10.96.0.10", nil)
+	n := newServiceNames(&s)
+	if !strings.HasPrefix(n.cluster, "service-") || !strings.HasSuffix(n.cluster, "-demo/web/tcp/http") || len(n.base) != 8+1+len("demo/web/tcp/http") {
+		t.Errorf("cluster chain %q", n.cluster)
+	}
+	long := backends.Service{Namespace: strings.Repeat("n", 63), Name: strings.Repeat("s", 63), PortName: strings.Repeat("p", 63), Protocol: "SCTP"}
+	e := backends.Endpoint{Addr: ip("fd00:1234:5678:9abc:def0:1234:5678:9abc"), Port: 65535}
+	base := endpointBase(&long, &e)
+	if len(endpointChainPrefix+base) > nameMax || !strings.HasSuffix(base, "...") {
+		t.Errorf("endpoint name %d characters, want at most %d and cut: %q", len(endpointChainPrefix+base), nameMax, base)
+	}
+	e2 := e
+	e2.Port = 65534
+	if endpointBase(&long, &e2) == base {
+		t.Error("two endpoints whose names are cut share a name")
+	}
+	if strings.Contains(endpointBase(&s, &e), ":") {
+		t.Error("IPv6 colons in a name")
+	}
+}

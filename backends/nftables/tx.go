@@ -1,0 +1,132 @@
+package nftables
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/wasp-proxy/wasp/backends"
+)
+
+// Transaction is a batch of operations on one table that the kernel
+// applies atomically: all or nothing.
+type Transaction struct {
+	Family backends.Family
+	Table  string
+	ops    []op
+}
+
+type opKind uint8
+
+const (
+	opAddTable opKind = iota + 1
+	opDeleteTable
+	opAddChain
+	opFlushChain
+	opDeleteChain
+	opAddRule
+	opAddSet
+	opDeleteSet
+	opAddElements
+	opDeleteElements
+)
+
+// op is one operation. Which fields are set depends on kind: chain for
+// opAddChain; name (the chain) and rule for opAddRule; name for the flush
+// and delete of chains and sets; set for opAddSet and the element
+// operations, with elems.
+type op struct {
+	kind  opKind
+	name  string
+	chain *Chain
+	rule  *Rule
+	set   *Set
+	elems []Element
+}
+
+// Len returns the number of operations.
+func (tx *Transaction) Len() int { return len(tx.ops) }
+
+// String renders the transaction as nft commands, one per line, in order.
+func (tx *Transaction) String() string {
+	var b strings.Builder
+	t := ipKeyword(tx.Family) + " " + tx.Table
+	for _, o := range tx.ops {
+		switch o.kind {
+		case opAddTable:
+			fmt.Fprintf(&b, "add table %s\n", t)
+		case opDeleteTable:
+			fmt.Fprintf(&b, "delete table %s\n", t)
+		case opAddChain:
+			if o.chain.Base != nil {
+				fmt.Fprintf(&b, "add chain %s %s { %s }\n", t, o.chain.Name, o.chain.Base)
+			} else {
+				fmt.Fprintf(&b, "add chain %s %s\n", t, o.chain.Name)
+			}
+		case opFlushChain:
+			fmt.Fprintf(&b, "flush chain %s %s\n", t, o.name)
+		case opDeleteChain:
+			fmt.Fprintf(&b, "delete chain %s %s\n", t, o.name)
+		case opAddRule:
+			fmt.Fprintf(&b, "add rule %s %s %s\n", t, o.name, o.rule)
+		case opAddSet:
+			kind := "set"
+			if o.set.Map {
+				kind = "map"
+			}
+			fmt.Fprintf(&b, "add %s %s %s { type %s;", kind, t, o.set.Name, o.set.typeString())
+			switch {
+			case o.set.Dynamic && o.set.Timeout > 0:
+				b.WriteString(" flags dynamic,timeout;")
+			case o.set.Dynamic:
+				b.WriteString(" flags dynamic;")
+			case o.set.Timeout > 0:
+				b.WriteString(" flags timeout;")
+			}
+			if o.set.Timeout > 0 {
+				fmt.Fprintf(&b, " timeout %ds;", o.set.Timeout)
+			}
+			if o.set.Comment != "" {
+				fmt.Fprintf(&b, " comment %q;", o.set.Comment)
+			}
+			b.WriteString(" }\n")
+		case opDeleteSet:
+			kind := "set"
+			if o.set != nil && o.set.Map {
+				kind = "map"
+			}
+			fmt.Fprintf(&b, "delete %s %s %s\n", kind, t, o.name)
+		case opAddElements, opDeleteElements:
+			verb := "add"
+			if o.kind == opDeleteElements {
+				verb = "delete"
+			}
+			fmt.Fprintf(&b, "%s element %s %s { ", verb, t, o.set.Name)
+			for i, e := range o.elems {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteString(e.Key.string(o.set.Key))
+				if o.set.Map && o.kind == opAddElements {
+					b.WriteString(" : " + e.Value.String())
+				}
+			}
+			b.WriteString(" }\n")
+		}
+	}
+	return b.String()
+}
+
+func (tx *Transaction) add(o op) { tx.ops = append(tx.ops, o) }
+
+// count returns the number of operations of each kind, for tests.
+func (tx *Transaction) count() map[opKind]int {
+	m := map[opKind]int{}
+	for _, o := range tx.ops {
+		if o.kind == opAddElements || o.kind == opDeleteElements {
+			m[o.kind] += len(o.elems)
+			continue
+		}
+		m[o.kind]++
+	}
+	return m
+}
