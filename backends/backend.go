@@ -7,8 +7,16 @@ package backends
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 )
+
+// ErrHousekeeping is wrapped by a Sync error when the dataplane was
+// programmed but work after it failed, such as deleting stale conntrack
+// entries. The sync loop logs and counts such an error but does not treat
+// the dataplane as failed: no full resync is forced, and the family counts
+// as updated for health. The work is retried by the next Sync.
+var ErrHousekeeping = errors.New("dataplane programmed but housekeeping failed")
 
 // Backend programs a node's dataplane from a desired State. Sync is
 // idempotent: calling it again with the same State changes nothing.

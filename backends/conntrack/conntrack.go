@@ -13,15 +13,16 @@ import (
 )
 
 // ErrCleanup is wrapped by the error Sync returns when the wrapped backend
-// synced but the conntrack cleanup after it failed.
+// synced but the conntrack cleanup after it failed. It wraps
+// backends.ErrHousekeeping.
 //
 // Upstream logs such a failure and carries on. wasp returns it instead (a
-// library does not both log and return), but in its own category: the
-// dataplane *is* programmed, so a caller that sees errors.Is(err,
-// ErrCleanup) should log and count it, not treat the dataplane as failed
-// and not hurry a full resync. The reconciler keeps no state, so the next
-// Sync, whatever triggers it, retries the cleanup in full.
-var ErrCleanup = errors.New("conntrack cleanup failed")
+// library does not both log and return), but in the housekeeping category:
+// the dataplane *is* programmed, so the sync loop logs and counts it, does
+// not treat the dataplane as failed and does not hurry a full resync. The
+// reconciler keeps no state, so the next Sync, whatever triggers it,
+// retries the cleanup in full.
+var ErrCleanup = fmt.Errorf("conntrack cleanup failed (%w)", backends.ErrHousekeeping)
 
 // ErrNotSupported is returned by New on platforms without netlink
 // conntrack.

@@ -302,8 +302,8 @@ func TestCleanupFailure(t *testing.T) {
 	tbl.failNext = boom
 
 	err := b.Sync(ctx, dnsState())
-	if !errors.Is(err, ErrCleanup) || !errors.Is(err, boom) {
-		t.Fatalf("Sync error = %v, want ErrCleanup wrapping the table's error", err)
+	if !errors.Is(err, ErrCleanup) || !errors.Is(err, boom) || !errors.Is(err, backends.ErrHousekeeping) {
+		t.Fatalf("Sync error = %v, want ErrCleanup (a backends.ErrHousekeeping) wrapping the table's error", err)
 	}
 	if !strings.Contains(err.Error(), "IPv4") {
 		t.Errorf("error %q does not name the family", err)
