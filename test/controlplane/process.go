@@ -29,16 +29,15 @@ func startProcess(bin, logPath string, args ...string) (*process, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	p := &process{name: filepath.Base(bin), cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	if err := StartPinned(cmd, func(err error) {
+		p.err = err
+		logFile.Close()
+		close(p.done)
+	}); err != nil {
 		logFile.Close()
 		return nil, err
 	}
-	p := &process{name: filepath.Base(bin), cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		logFile.Close()
-		close(p.done)
-	}()
 	return p, nil
 }
 
