@@ -74,19 +74,34 @@ func Skip(t testing.TB) {
 	}
 }
 
+// Options change what SetupWith builds. The zero value is what Setup does.
+type Options struct {
+	// NoWasp skips building wasp, for tests that run other proxies only;
+	// WaspBin stays empty. Optional.
+	NoWasp bool
+}
+
 // Setup builds the environment; t.Cleanup tears it down.
 func Setup(ctx context.Context, t testing.TB) *Env {
+	t.Helper()
+	return SetupWith(ctx, t, Options{})
+}
+
+// SetupWith is Setup with options.
+func SetupWith(ctx context.Context, t testing.TB, o Options) *Env {
 	t.Helper()
 	Skip(t)
 	e := &Env{Dir: t.TempDir()}
 
 	var buildErr error
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // compile wasp while the control plane starts
-		defer wg.Done()
-		e.WaspBin, buildErr = BuildWasp(ctx, e.Dir)
-	}()
+	if !o.NoWasp {
+		wg.Add(1)
+		go func() { // compile wasp while the control plane starts
+			defer wg.Done()
+			e.WaspBin, buildErr = BuildWasp(ctx, e.Dir)
+		}()
+	}
 	e.CP = controlplane.Start(ctx, t)
 	wg.Wait()
 	if buildErr != nil {
@@ -120,7 +135,7 @@ func Setup(ctx context.Context, t testing.TB) *Env {
 			t.Fatal(err)
 		}
 	}
-	if err := e.forwardAPIServer(t); err != nil {
+	if e.Kubeconfig, err = e.ForwardAPIServer(t, ProxyNode); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -164,19 +179,25 @@ func (e *Env) createNode(ctx context.Context, n *netlab.Node, zone string) error
 	return nil
 }
 
-// forwardAPIServer listens on 127.0.0.1:APIPort inside the proxy node's
-// namespace and forwards every connection to the apiserver on the host's
-// loopback, and writes Kubeconfig pointing there.
-func (e *Env) forwardAPIServer(t testing.TB) error {
+// ForwardAPIServer listens on 127.0.0.1:APIPort inside node's namespace
+// and forwards every connection to the apiserver on the host's loopback, as
+// long as t runs. It returns the path of a system:kube-proxy kubeconfig
+// pointing there. Setup does this for ProxyNode; a test running a second
+// proxy on another node calls it for that node.
+func (e *Env) ForwardAPIServer(t testing.TB, node string) (string, error) {
+	n := e.Cluster.Node(node)
+	if n == nil {
+		return "", fmt.Errorf("apiserver forwarder: no node %q in the lab", node)
+	}
 	target := strings.TrimPrefix(e.CP.Host, "https://")
 	var ln net.Listener
-	err := e.ProxyNS().Do(func() error {
+	err := n.NS.Do(func() error {
 		var err error
 		ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", APIPort))
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("apiserver forwarder: %w", err)
+		return "", fmt.Errorf("apiserver forwarder in %s: %w", node, err)
 	}
 	var wg sync.WaitGroup
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
@@ -208,22 +229,31 @@ func (e *Env) forwardAPIServer(t testing.TB) error {
 
 	cfg, err := clientcmd.LoadFromFile(e.CP.ProxyKubeconfig)
 	if err != nil {
-		return err
+		return "", err
 	}
 	for _, c := range cfg.Clusters {
 		c.Server = fmt.Sprintf("https://127.0.0.1:%d", APIPort)
 	}
-	e.Kubeconfig = filepath.Join(e.Dir, "wasp.kubeconfig")
-	return clientcmd.WriteToFile(*cfg, e.Kubeconfig)
+	path := filepath.Join(e.Dir, node+".kubeconfig")
+	if node == ProxyNode {
+		path = filepath.Join(e.Dir, "wasp.kubeconfig")
+	}
+	return path, clientcmd.WriteToFile(*cfg, path)
 }
 
-// Wasp is a running wasp process.
-type Wasp struct {
+// Process is a process the Env started in a namespace, with its combined
+// output in LogPath.
+type Process struct {
 	cmd     *exec.Cmd
 	LogPath string
+	// Started is the time just before the process was started.
+	Started time.Time
 	done    chan struct{}
 	err     error
 }
+
+// Wasp is a running wasp process.
+type Wasp = Process
 
 // DefaultArgs are the flags every test run of wasp gets, before its own.
 func (e *Env) DefaultArgs() []string {
@@ -247,26 +277,36 @@ func (e *Env) StartWasp(t testing.TB, extra ...string) *Wasp {
 
 func (e *Env) startWaspArgs(t testing.TB, args ...string) *Wasp {
 	t.Helper()
-	f, err := os.CreateTemp(e.Dir, "wasp-*.log")
+	return e.StartProcess(t, e.ProxyNS(), e.WaspBin, args...)
+}
+
+// StartProcess runs bin with args in ns (through nsenter, which execs bin:
+// the process's PID is bin's own). t.Cleanup stops it (and logs the end of
+// its output if t failed); Stop may end it earlier.
+func (e *Env) StartProcess(t testing.TB, ns *netlab.NS, bin string, args ...string) *Process {
+	t.Helper()
+	name := filepath.Base(bin)
+	f, err := os.CreateTemp(e.Dir, name+"-*.log")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := e.ProxyNS().Command(context.Background(), e.WaspBin, args...)
+	cmd := ns.Command(context.Background(), bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p := &Process{cmd: cmd, LogPath: f.Name(), done: make(chan struct{})}
+	p.Started = time.Now()
+	// Pdeathsig follows the thread that starts the process: see StartPinned.
+	if err := controlplane.StartPinned(cmd, func(err error) { p.err = err; f.Close(); close(p.done) }); err != nil {
 		f.Close()
-		t.Fatalf("start wasp: %v", err)
+		t.Fatalf("start %s: %v", name, err)
 	}
-	w := &Wasp{cmd: cmd, LogPath: f.Name(), done: make(chan struct{})}
-	go func() { w.err = cmd.Wait(); f.Close(); close(w.done) }()
 	t.Cleanup(func() {
-		w.Stop()
+		p.Stop()
 		if t.Failed() {
-			t.Logf("wasp log (%s):\n%s", w.LogPath, tail(w.LogPath, 60))
+			t.Logf("%s log (%s):\n%s", name, p.LogPath, tail(p.LogPath, 60))
 		}
 	})
-	return w
+	return p
 }
 
 // RunWasp runs wasp with args to completion in the proxy node's namespace
@@ -276,8 +316,11 @@ func (e *Env) RunWasp(ctx context.Context, args ...string) (string, error) {
 	return string(out), err
 }
 
-// Stop ends wasp with SIGTERM (SIGKILL after 10 s) and waits for it.
-func (w *Wasp) Stop() {
+// Pid returns the process's PID.
+func (w *Process) Pid() int { return w.cmd.Process.Pid }
+
+// Stop ends the process with SIGTERM (SIGKILL after 10 s) and waits for it.
+func (w *Process) Stop() {
 	select {
 	case <-w.done:
 		return
@@ -292,8 +335,8 @@ func (w *Wasp) Stop() {
 	}
 }
 
-// Exited reports whether wasp has exited, and its error.
-func (w *Wasp) Exited() (bool, error) {
+// Exited reports whether the process has exited, and its error.
+func (w *Process) Exited() (bool, error) {
 	select {
 	case <-w.done:
 		return true, w.err
@@ -302,8 +345,8 @@ func (w *Wasp) Exited() (bool, error) {
 	}
 }
 
-// Log returns wasp's output so far.
-func (w *Wasp) Log() string {
+// Log returns the process's output so far.
+func (w *Process) Log() string {
 	b, _ := os.ReadFile(w.LogPath)
 	return string(b)
 }
