@@ -288,13 +288,16 @@ func (p *Proxy) start(ctx context.Context) (shutdown func(), ok bool) {
 		p.cidrs = factory.Networking().V1().ServiceCIDRs().Lister()
 		regs = append(regs, registration{cidrInformer, eventHandler(p, p.tracker.onServiceCIDR, nil)})
 	}
+	var handlersSynced []cache.InformerSynced
 	for _, r := range regs {
-		if _, err := r.inf.AddEventHandler(r.h); err != nil {
+		reg, err := r.inf.AddEventHandler(r.h)
+		if err != nil {
 			// Only fails once an informer has stopped, which cannot
 			// have happened before Start.
 			logger.Error(err, "Adding an event handler failed")
 			return nil, false
 		}
+		handlersSynced = append(handlersSynced, reg.HasSynced)
 	}
 
 	factory.Start(ctx.Done())
@@ -305,6 +308,14 @@ func (p *Proxy) start(ctx context.Context) (shutdown func(), ok bool) {
 			factory.Shutdown()
 			return nil, false
 		}
+	}
+	// Also wait until the handlers have seen every object of the initial
+	// lists, as upstream does: the first sync then takes their changes,
+	// and no late initial event starts a second evaluation of the same.
+	if !cache.WaitForCacheSync(ctx.Done(), handlersSynced...) {
+		logger.Info("Stopped before event handlers synced")
+		factory.Shutdown()
+		return nil, false
 	}
 	p.started.Store(true)
 	if p.opts.Health != nil {

@@ -3,6 +3,9 @@ package proxy
 import (
 	"context"
 	"errors"
+	"maps"
+	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -10,8 +13,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
@@ -20,6 +25,7 @@ import (
 	backendfake "github.com/wasp-proxy/wasp/backends/fake"
 	"github.com/wasp-proxy/wasp/host/model"
 	"github.com/wasp-proxy/wasp/host/pipeline"
+	"github.com/wasp-proxy/wasp/host/state"
 )
 
 // Test address plan: ClusterIPs in 10.96.0.0/16, pods in 10.244.0.0/16.
@@ -212,7 +218,9 @@ func TestFailedSyncIsRetried(t *testing.T) {
 	// lands the state.
 	waitFor(t, "the retried first sync", func() bool { return be.Dump() == webDump })
 
-	// One event, whose sync fails: only the retry can land it.
+	// One event, whose sync fails: only the retry can land it, as a full
+	// sync.
+	fullBefore := p.Stats().FullSyncs
 	be.FailNextSync(errors.New("injected failure"))
 	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(ctx, slice("web", "10.244.1.10", "10.244.2.10"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -221,8 +229,8 @@ func TestFailedSyncIsRetried(t *testing.T) {
 	if c := be.Counts(); c.FailedSyncs != 2 || c.Syncs < 4 {
 		t.Errorf("backend counts %+v; want 2 failed syncs and at least 4 syncs", c)
 	}
-	if s := p.Stats(); s.SyncFailures != 2 {
-		t.Errorf("Stats().SyncFailures = %d; want 2", s.SyncFailures)
+	if s := p.Stats(); s.SyncFailures != 2 || s.FullSyncs <= fullBefore {
+		t.Errorf("Stats() = %+v; want 2 failures and a full sync after the failed one", s)
 	}
 }
 
@@ -294,5 +302,199 @@ func TestNewRejectsBadOpts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// startWith runs a Proxy with opts (NodeName, Pipeline and short periods
+// filled in) until the test ends.
+func startWith(t *testing.T, opts Opts) *Proxy {
+	t.Helper()
+	opts.NodeName = testNode
+	opts.Pipeline = pipeline.New(pipeline.Options{})
+	opts.MinSyncPeriod = 10 * time.Millisecond
+	opts.RetryPeriod = 10 * time.Millisecond
+	p, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return p
+}
+
+// serveServiceCIDRs makes client's discovery report the ServiceCIDR API.
+func serveServiceCIDRs(client *fake.Clientset) {
+	client.Resources = []*metav1.APIResourceList{{
+		GroupVersion: networkingv1.SchemeGroupVersion.String(),
+		APIResources: []metav1.APIResource{{Name: "servicecidrs", Kind: "ServiceCIDR"}},
+	}}
+}
+
+func TestPartialAndFullSyncs(t *testing.T) {
+	client := fake.NewClientset(node(),
+		service("web", "10.96.0.10", nil), slice("web", "10.244.1.10"),
+		service("api", "10.96.0.11", nil), slice("api", "10.244.1.11"))
+	be, h := backendfake.New(), &fakeHealth{}
+	p := startWith(t, Opts{Client: client, Backends: map[backends.Family]backends.Backend{backends.IPv4: be}, Health: h})
+	waitFor(t, "the first sync", func() bool { return p.Stats().Syncs == 1 && be.Counts().Syncs == 1 })
+	if s := p.Stats(); s.FullSyncs != 1 || s.LastEvaluated != 2 || s.ServicePorts != 2 || s.LastSynced.IsZero() {
+		t.Fatalf("after the first sync, Stats() = %+v; want 1 full sync of 2 ports", s)
+	}
+	if h.updatedCount(backends.IPv4) != 1 || h.queuedCount(backends.IPv4) < 1 {
+		t.Errorf("Health got %d QueuedUpdate and %d Updated; want at least 1 and 1", h.queuedCount(backends.IPv4), h.updatedCount(backends.IPv4))
+	}
+	if n := h.lastNode(); n == nil || n.Name != testNode {
+		t.Errorf("Health's node is %v; want %s", n, testNode)
+	}
+
+	// One Service's endpoints change: only its port is evaluated.
+	ctx := context.Background()
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(ctx, slice("web", "10.244.1.10", "10.244.2.10"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new endpoint", func() bool { return strings.Contains(be.Dump(), "10.244.2.10:8080") })
+	waitFor(t, "the sync's stats", func() bool { return p.Stats().PartialSyncs == 1 })
+	if s := p.Stats(); s.FullSyncs != 1 || s.LastEvaluated != 1 || s.ServicePorts != 2 {
+		t.Errorf("after an EndpointSlice change, Stats() = %+v; want a partial sync of 1 port", s)
+	}
+
+	// A heartbeat: Health hears of the Node, nothing is queued or synced.
+	syncs, queued, events := p.Stats().Syncs, h.queuedCount(backends.IPv4), p.events.Load()
+	beat := node()
+	beat.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}
+	if _, err := client.CoreV1().Nodes().Update(ctx, beat, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the node event", func() bool { return p.events.Load() > events })
+	if n := h.lastNode(); n == nil || len(n.Status.Conditions) == 0 {
+		t.Errorf("Health's node is %v; want the heartbeat's", n)
+	}
+	if q := h.queuedCount(backends.IPv4); q != queued {
+		t.Errorf("a heartbeat queued an update")
+	}
+
+	// Any label change: every port again.
+	relabelled := node()
+	relabelled.Labels["example.com/rack"] = "r7"
+	if _, err := client.CoreV1().Nodes().Update(ctx, relabelled, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a full sync for the label", func() bool { return p.Stats().FullSyncs == 2 })
+	if s := p.Stats(); s.LastEvaluated != 2 || s.Syncs != syncs+1 {
+		t.Errorf("after a node label change, Stats() = %+v; want one more sync, of 2 ports", s)
+	}
+
+	// Resync: every port again.
+	p.Resync()
+	waitFor(t, "a full sync for Resync", func() bool { return p.Stats().FullSyncs == 3 })
+	if s := p.Stats(); s.LastEvaluated != 2 || s.SyncFailures != 0 || s.PendingChanges != 0 {
+		t.Errorf("after Resync, Stats() = %+v; want 2 ports evaluated, no failure, nothing pending", s)
+	}
+}
+
+func TestServiceCIDRs(t *testing.T) {
+	cidr := func(name string, cidrs ...string) *networkingv1.ServiceCIDR {
+		return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: cidrs}}
+	}
+	configured := state.Options{ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}}
+	client := fake.NewClientset(node(), service("web", "10.96.0.10", nil), slice("web", "10.244.1.10"),
+		cidr("kubernetes", "10.96.0.0/16", "fd00:96::/112"))
+	serveServiceCIDRs(client)
+	be := backendfake.New()
+	p := startWith(t, Opts{Client: client, Backends: map[backends.Family]backends.Backend{backends.IPv4: be, backends.IPv6: be}, State: configured})
+	waitFor(t, "the first sync", func() bool { return p.Stats().Syncs == 1 && be.Counts().Syncs == 2 })
+	if s := be.State(backends.IPv4); !slices.Equal(s.ServiceCIDRs, []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}) {
+		t.Errorf("IPv4 service CIDRs %v; want the configured one once", s.ServiceCIDRs)
+	}
+	if s := be.State(backends.IPv6); !slices.Equal(s.ServiceCIDRs, []netip.Prefix{netip.MustParsePrefix("fd00:96::/112")}) {
+		t.Errorf("IPv6 service CIDRs %v; want the object's", s.ServiceCIDRs)
+	}
+
+	// A second range, and garbage that is skipped: no port is evaluated.
+	ctx := context.Background()
+	if _, err := client.NetworkingV1().ServiceCIDRs().Create(ctx, cidr("extra", "10.100.0.0/24", "not-a-cidr"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new range", func() bool { return strings.Contains(be.Dump(), "service-cidrs { 10.96.0.0/16, 10.100.0.0/24 }") })
+	waitFor(t, "the sync's stats", func() bool { return p.Stats().Syncs == 2 })
+	if s := p.Stats(); s.PartialSyncs != 1 || s.LastEvaluated != 0 || s.SyncFailures != 0 {
+		t.Errorf("after a ServiceCIDR change, Stats() = %+v; want a partial sync evaluating nothing", s)
+	}
+
+	if err := client.NetworkingV1().ServiceCIDRs().Delete(ctx, "kubernetes", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the range's removal", func() bool {
+		s := be.State(backends.IPv6)
+		return s != nil && len(s.ServiceCIDRs) == 0
+	})
+}
+
+func TestServiceCIDRsNotServed(t *testing.T) {
+	configured := state.Options{ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}}
+	client := fake.NewClientset(node(), service("web", "10.96.0.10", nil), slice("web", "10.244.1.10"))
+	be := backendfake.New()
+	p := startWith(t, Opts{Client: client, Backends: map[backends.Family]backends.Backend{backends.IPv4: be}, State: configured})
+	waitFor(t, "the first sync", func() bool { return p.Stats().Syncs == 1 })
+	if !strings.Contains(be.Dump(), "service-cidrs { 10.96.0.0/16 }") {
+		t.Errorf("programmed:\n%s\nwant the configured service CIDR", be.Dump())
+	}
+	for _, a := range client.Actions() {
+		if a.GetResource().Resource == "servicecidrs" {
+			t.Errorf("%s of servicecidrs though discovery does not serve them", a.GetVerb())
+		}
+	}
+}
+
+func TestServiceHealth(t *testing.T) {
+	lb := service("lb", "10.96.0.20", nil)
+	lb.Spec.Type = v1.ServiceTypeLoadBalancer
+	lb.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+	lb.Spec.HealthCheckNodePort = 32000
+	lb.Spec.Ports = append(lb.Spec.Ports, v1.ServicePort{Name: "https", Port: 443, Protocol: v1.ProtocolTCP})
+	for i := range lb.Spec.Ports {
+		lb.Spec.Ports[i].NodePort = int32(30080 + i)
+	}
+	es := slice("lb")
+	es.Ports = append(es.Ports, discoveryv1.EndpointPort{Name: ptr("https"), Port: ptr[int32](8443), Protocol: ptr(v1.ProtocolTCP)})
+	local := func(addr string, c discoveryv1.EndpointConditions) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{Addresses: []string{addr}, NodeName: ptr(testNode), Conditions: c}
+	}
+	es.Endpoints = []discoveryv1.Endpoint{
+		local("10.244.1.10", discoveryv1.EndpointConditions{}), // ready, on both ports: counted once
+		local("10.244.1.11", discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)}),
+		local("10.244.1.12", discoveryv1.EndpointConditions{Ready: ptr(false)}),
+		{Addresses: []string{"10.244.2.10"}, NodeName: ptr("node-b")},
+	}
+	// Cluster policy: no health-check port.
+	client := fake.NewClientset(node(), lb, es, service("web", "10.96.0.10", nil), slice("web", "10.244.1.13"))
+	sh := &fakeServiceHealth{}
+	p := startWith(t, Opts{Client: client, Backends: map[backends.Family]backends.Backend{backends.IPv4: backendfake.New()}, ServiceHealth: sh})
+	waitFor(t, "the first sync", func() bool { return p.Stats().Syncs == 1 })
+	ports, counts, calls := sh.last()
+	lbName := types.NamespacedName{Namespace: "default", Name: "lb"}
+	if want := map[types.NamespacedName]uint16{lbName: 32000}; !maps.Equal(ports, want) || calls != 1 {
+		t.Errorf("SyncServices got %v in %d calls; want %v in 1", ports, calls, want)
+	}
+	if want := map[types.NamespacedName]int{lbName: 1}; !maps.Equal(counts, want) {
+		t.Errorf("SyncEndpoints got %v; want %v", counts, want)
+	}
+
+	// The Service goes: neither map holds it.
+	if err := client.CoreV1().Services("default").Delete(context.Background(), "lb", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the next sync", func() bool { return p.Stats().Syncs == 2 })
+	if ports, counts, _ := sh.last(); len(ports) != 0 || len(counts) != 0 {
+		t.Errorf("after the Service's removal, SyncServices got %v and SyncEndpoints %v; want none", ports, counts)
 	}
 }
