@@ -6,6 +6,7 @@
 #   make modules   rebuild the embedded default modules from their sources
 #   make bench     the hot-path benchmarks (see docs/performance.md)
 #   make e2e       end-to-end tests against a real etcd + kube-apiserver (see test/README.md)
+#   make bench-e2e wasp vs upstream kube-proxy end to end, 100 to 10k Services (see docs/performance.md)
 
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -31,6 +32,10 @@ unit:
 
 e2e: ## The end-to-end tests against a real etcd and kube-apiserver (builds them once: minutes).
 	cd test && WASP_E2E=1 $(GO) test -count=1 -v -timeout 40m ./...
+
+.PHONY: bench-e2e
+bench-e2e: ## wasp vs upstream kube-proxy, end to end (root; about an hour; WASP_PERF_SIZES=1000 for less).
+	cd test && WASP_PERF=1 $(GO) test -count=1 -v -timeout 180m -run TestScale ./perf/
 
 check: fmt vet lint cross tidy
 

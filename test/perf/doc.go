@@ -1,0 +1,35 @@
+// Package perf measures wasp end to end against upstream kube-proxy
+// (nftables mode), both driven by the same real kube-apiserver, the same
+// Services and the same packets.
+//
+// One test, TestScale, runs only with WASP_PERF=1 (make bench-e2e): it
+// builds upstream kube-proxy (controlplane.BuildKubeProxy), sets up the
+// end-to-end environment of package framework, and runs wasp in node-a's
+// network namespace and kube-proxy in node-b's, each reaching the apiserver
+// through its own loopback forwarder. For every size it loads that many
+// Services of ten fake endpoints each, then measures one proxy at a time
+// (the other stopped, so they never share the two cores):
+//
+//   - full sync after a restart: the duration the proxy reports for its
+//     first sync, and the time from process start until a Service created
+//     while it was down answers through its ClusterIP;
+//   - one new Service, and one endpoint change: from the API call until the
+//     new Service, or the new endpoint's identity, answers through the
+//     ClusterIP, polled with a new connection every few milliseconds from
+//     inside the proxy's node namespace;
+//   - VmRSS and VmHWM of the proxy process;
+//   - the dataplane: TCP connect and one request round trip from the client
+//     namespace through the ClusterIP, against the same straight to the pod.
+//
+// Every number is observed from outside, by real packets where possible,
+// the same way for both proxies, and printed as a table with the ratio
+// wasp/kube-proxy. Nothing asserts a time: the test fails only on
+// functional errors (a proxy that does not start, a Service that never
+// answers).
+//
+// Environment: WASP_PERF_SIZES (default 100,1000,5000,10000),
+// WASP_PERF_PROXIES (default wasp,kube-proxy), WASP_PERF_CONNS (sequential
+// connections per dataplane path, default 3000), WASP_PERF_REPEAT (changes
+// measured per size, default 3), WASP_PERF_OUT (also write the table to this
+// file). See test/README.md.
+package perf

@@ -1,0 +1,108 @@
+//go:build linux
+
+package perf
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// The bulk load: Services of loadEndpoints endpoints each, one
+// EndpointSlice per Service. Endpoint addresses come from the upper half
+// of the lab's cluster CIDR, where no pod lives; no packet is ever sent to
+// them, they only fill the proxies' rules.
+const (
+	loadNamespace = "perf-load"
+	loadEndpoints = 10
+	loadWorkers   = 16
+	loadManagedBy = "perf.wasp.dev"
+)
+
+var fakePods = netip.MustParsePrefix("10.244.128.0/17")
+
+// loadServices creates Services from..to-1 of the bulk load, concurrently.
+func loadServices(ctx context.Context, client kubernetes.Interface, from, to int) error {
+	jobs := make(chan int)
+	var (
+		wg       sync.WaitGroup
+		failures atomic.Int64
+		firstErr error
+		once     sync.Once
+	)
+	for range loadWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				if err := loadService(ctx, client, i); err != nil {
+					failures.Add(1)
+					once.Do(func() { firstErr = err })
+				}
+			}
+		}()
+	}
+	for i := from; i < to && ctx.Err() == nil; i++ {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	if n := failures.Load(); n > 0 {
+		return fmt.Errorf("%d of %d Services failed, first: %w", n, to-from, firstErr)
+	}
+	return ctx.Err()
+}
+
+func loadService(ctx context.Context, client kubernetes.Interface, i int) error {
+	name := fmt.Sprintf("svc-%d", i)
+	svc := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.ServiceSpec{
+			Ports: []v1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+	if _, err := client.CoreV1().Services(loadNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("service %s: %w", name, err)
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name + "-1",
+			Labels: map[string]string{
+				discoveryv1.LabelServiceName: name,
+				discoveryv1.LabelManagedBy:   loadManagedBy,
+			},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(v1.ProtocolTCP), Port: ptr.To[int32](8080)}},
+	}
+	for j := range loadEndpoints {
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{fakePod(i*loadEndpoints + j).String()},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+		})
+	}
+	if _, err := client.DiscoveryV1().EndpointSlices(loadNamespace).Create(ctx, slice, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("endpointslice %s: %w", slice.Name, err)
+	}
+	return nil
+}
+
+// fakePod returns the k-th address of fakePods, wrapping around (skipping
+// the first and last address). Ten consecutive k never repeat an address.
+func fakePod(k int) netip.Addr {
+	size := 1 << (32 - fakePods.Bits())
+	a := fakePods.Addr().As4()
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	v += uint32(1 + k%(size-2)) // neither the first nor the last address
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}

@@ -1,0 +1,225 @@
+//go:build linux
+
+package perf
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasp-proxy/wasp/internal/netlab"
+	fw "github.com/wasp-proxy/wasp/test/framework"
+)
+
+// Log messages of the line each proxy writes after every sync, with the
+// sync's duration in elapsed= (at -v=2 for both).
+const (
+	waspSyncMarker      = `"Sync done"`
+	kubeProxySyncMarker = `"SyncProxyRules complete"`
+)
+
+// proxy is one service proxy under test, alone on its node.
+type proxy struct {
+	name string       // "wasp" or "kube-proxy"
+	node *netlab.Node // the node namespace it runs in
+	// pods are two pods of node: probes point at the first, endpoint
+	// changes switch between the two. Local pods keep the paths of both
+	// proxies alike (one forwarding hop, no cross-node traffic).
+	pods   [2]string
+	marker string // see waspSyncMarker
+	bin    string
+	args   []string
+}
+
+// kubeProxyConfig is upstream kube-proxy's configuration: nftables mode,
+// nothing host-global touched (conntrack sysctls left alone, oomScoreAdj
+// 0), metrics and healthz on loopback of its own namespace. Everything
+// else is upstream's default (minSyncPeriod 1s, syncPeriod 30s).
+const kubeProxyConfig = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+clientConnection:
+  kubeconfig: %s
+hostnameOverride: %s
+clusterCIDR: %s
+detectLocalMode: ClusterCIDR
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+oomScoreAdj: 0
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+  udpTimeout: 0s
+  udpStreamTimeout: 0s
+`
+
+// newKubeProxy prepares upstream kube-proxy on node, with its own
+// apiserver forwarder.
+func newKubeProxy(t *testing.T, env *fw.Env, bin, node string, pods [2]string) *proxy {
+	t.Helper()
+	kubeconfig, err := env.ForwardAPIServer(t, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(env.Dir, "kube-proxy.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, kubeProxyConfig, kubeconfig, node, fw.ClusterCIDRs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return &proxy{
+		name: "kube-proxy", node: env.Cluster.Node(node), pods: pods,
+		marker: kubeProxySyncMarker, bin: bin,
+		args: []string{"--config", cfg, "--v", "2"},
+	}
+}
+
+// newWasp prepares wasp on the framework's proxy node with the framework's
+// flags (which give -v 2).
+func newWasp(env *fw.Env, pods [2]string) *proxy {
+	return &proxy{
+		name: "wasp", node: env.Cluster.Node(fw.ProxyNode), pods: pods,
+		marker: waspSyncMarker, bin: env.WaspBin, args: env.DefaultArgs(),
+	}
+}
+
+// start runs the proxy in its node's namespace until t ends or stop.
+func (p *proxy) start(t *testing.T, env *fw.Env) *fw.Process {
+	t.Helper()
+	return env.StartProcess(t, p.node.NS, p.bin, p.args...)
+}
+
+// alive returns an error once proc has exited, for pollers to give up.
+func alive(name string, proc *fw.Process) func() error {
+	return func() error {
+		if done, err := proc.Exited(); done {
+			return fmt.Errorf("%s exited (%v); last lines of %s:\n%s", name, err, proc.LogPath, lastLines(proc.Log(), 30))
+		}
+		return nil
+	}
+}
+
+// memory reads VmRSS and VmHWM of pid, in bytes.
+func memory(pid int) (rss, hwm int64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		k, v, ok := strings.Cut(s.Text(), ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/%d/status %s: %w", pid, k, err)
+		}
+		if k == "VmRSS" {
+			rss = kb << 10
+		} else {
+			hwm = kb << 10
+		}
+	}
+	if rss == 0 || hwm == 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS or VmHWM", pid)
+	}
+	return rss, hwm, s.Err()
+}
+
+// comm returns the command name of pid.
+func comm(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(b))
+}
+
+// cpuTicks returns the CPU time pid and its reaped children (kube-proxy's
+// nft processes) used, in clock ticks (USER_HZ, 100 per second on Linux).
+func cpuTicks(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	if !ok {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, b)
+	}
+	f := strings.Fields(rest) // f[0] is field 3
+	if len(f) < 15 {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, b)
+	}
+	var sum int64
+	for _, i := range []int{14, 15, 16, 17} { // utime stime cutime cstime
+		v, err := strconv.ParseInt(f[i-3], 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+// Quietness: a proxy is idle when it used at most quietTicks of CPU over
+// the last quietWindow.
+const (
+	quietWindow = time.Second
+	quietTicks  = 5 // 5% of one core
+)
+
+// waitQuiet waits until the proxy is idle, so that a measurement does not
+// start in the middle of its previous work, or until limit. It reports
+// how long it waited and whether the proxy became idle.
+func waitQuiet(ctx context.Context, pid int, limit time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	const step = quietWindow / 4
+	var window []int64
+	for time.Since(start) < limit && ctx.Err() == nil {
+		ticks, err := cpuTicks(pid)
+		if err != nil {
+			return time.Since(start), false
+		}
+		window = append(window, ticks)
+		if len(window) > 5 {
+			window = window[1:]
+		}
+		if len(window) == 5 && window[4]-window[0] <= quietTicks {
+			return time.Since(start), true
+		}
+		time.Sleep(step)
+	}
+	return time.Since(start), false
+}
+
+// logSize is the current size of a log file, to read what comes after.
+func logSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// logSince returns the part of the log file after offset.
+func logSince(path string, offset int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < offset {
+		return ""
+	}
+	return string(b[offset:])
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
