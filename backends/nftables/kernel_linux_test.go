@@ -1,0 +1,152 @@
+//go:build linux
+
+package nftables
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/internal/netlab"
+)
+
+// Kernel tests program a real nftables table in a node of a netlab
+// cluster (see netlab's address plan: node-a 198.51.100.11 with pods
+// 10.244.1.0/24, node-b 198.51.100.12 with pods 10.244.2.0/24, client
+// 198.51.100.200 routed through node-a) and send real packets through it.
+// Services use this package's plan: ClusterIPs in 10.96.0.0/16 and
+// fd00:10:96::/112.
+
+// kernelCluster builds a two-node cluster with pods a1, a2 on node-a and
+// b1 on node-b, or skips the test with the reason it cannot.
+func kernelCluster(t *testing.T) *netlab.Cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("kernel test: skipped in -short mode")
+	}
+	if err := netlab.Probe(); err != nil {
+		t.Skipf("kernel test: %v", err)
+	}
+	lab, err := netlab.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lab.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	c, err := netlab.BuildCluster(lab, netlab.ClusterSpec{Nodes: []netlab.NodeSpec{
+		{Name: "node-a", Pods: []string{"a1", "a2"}},
+		{Name: "node-b", Pods: []string{"b1"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nodes route the Service ranges on-link, as a default route would,
+	// so that packets to unprogrammed addresses reach the forward hook.
+	for _, n := range c.Nodes {
+		for _, p := range []string{"10.96.0.0/16", "fd00:10:96::/112"} {
+			if err := n.NS.AddRoute(netip.MustParsePrefix(p), netip.Addr{}, "eth0"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Nodes answer rejected connections at once: no ICMP rate limit
+	// (per destination host, one a second by default) and no redirect
+	// (which, sent first to the same client, uses up the limit).
+	for _, n := range c.Nodes {
+		for k, v := range map[string]string{
+			"net/ipv4/icmp_ratelimit":              "0",
+			"net/ipv6/icmp/ratelimit":              "0",
+			"net/ipv4/conf/all/send_redirects":     "0",
+			"net/ipv4/conf/eth0/send_redirects":    "0",
+			"net/ipv4/conf/default/send_redirects": "0",
+		} {
+			if err := n.NS.Sysctl(k, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := probeNFTables(c.Nodes[0].NS.Path()); err != nil {
+		t.Skipf("kernel test: nftables unavailable: %v", err)
+	}
+	return c
+}
+
+// probeNFTables creates and deletes a table in the namespace.
+func probeNFTables(ns string) error {
+	k, err := newNetlinkKernel(ns)
+	if err != nil {
+		return err
+	}
+	defer k.close()
+	tx := &Transaction{Family: backends.IPv4, Table: "wasp-probe", ops: []op{{kind: opAddTable}, {kind: opDeleteTable}}}
+	return k.apply(context.Background(), tx)
+}
+
+// nodeBackend returns a Backend programming node's namespace.
+func nodeBackend(t *testing.T, n *netlab.Node, family backends.Family) *Backend {
+	t.Helper()
+	b, err := New(Opts{Family: family, NetNS: n.NS.Path()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// dumpTable logs the table as nft lists it, when nft is installed; for
+// debugging only.
+func dumpTable(t *testing.T, n *netlab.Node, family string) {
+	t.Helper()
+	if _, err := os.Stat("/usr/sbin/nft"); err != nil {
+		return
+	}
+	out, err := n.NS.Command(context.Background(), "/usr/sbin/nft", "list", "table", family, DefaultTable).CombinedOutput()
+	t.Logf("nft list table %s %s: %v\n%s", family, DefaultTable, err, out)
+}
+
+func syncOK(t *testing.T, b *Backend, s *backends.State) {
+	t.Helper()
+	if err := b.Sync(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ask(t *testing.T, from *netlab.NS, network string, to netip.AddrPort) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return from.Ask(ctx, network, to.String())
+}
+
+func mustAsk(t *testing.T, from *netlab.NS, network string, to netip.AddrPort) string {
+	t.Helper()
+	id, err := ask(t, from, network, to)
+	if err != nil {
+		t.Fatalf("%s to %s: %v", network, to, err)
+	}
+	return id
+}
+
+func TestKernelGoldenLoads(t *testing.T) {
+	c := kernelCluster(t)
+	for _, s := range []*backends.State{goldenState4(), goldenState6()} {
+		b := nodeBackend(t, c.Nodes[0], s.Family)
+		if err := b.Sync(context.Background(), s); err != nil {
+			dumpTable(t, c.Nodes[0], ipKeyword(s.Family))
+			t.Fatalf("%s: %v", familyName(s.Family), err)
+		}
+		syncOK(t, b, s) // nothing to do
+		if b.stats.lastOps != 0 {
+			t.Errorf("%s: second sync of one state sent %d operations", familyName(s.Family), b.stats.lastOps)
+		}
+	}
+	if testing.Verbose() {
+		dumpTable(t, c.Nodes[0], "ip")
+	}
+}
