@@ -237,10 +237,12 @@ func (p *Proxy) evaluateServices(ctx context.Context, in model.Input, names map[
 	// and duplicates are all per Service.
 	m := model.Build(in)
 	entries := p.run(ctx, p.node, m.Ports)
+	var drop []string // the keys of the replaced entries' ports
 	for name := range names {
 		e := entries[name]
 		if old, ok := p.cache[name]; ok {
 			p.forget(old, e)
+			drop = append(drop, old.keys...)
 		}
 		if e == nil {
 			delete(p.cache, name)
@@ -254,13 +256,14 @@ func (p *Proxy) evaluateServices(ctx context.Context, in model.Input, names map[
 			delete(p.health, name)
 		}
 	}
+	slices.Sort(drop)
 	for i := range p.families {
 		var changed []backends.Service
 		for _, e := range entries {
 			changed = append(changed, e.services[i]...)
 		}
 		slices.SortFunc(changed, func(a, b backends.Service) int { return strings.Compare(a.Key, b.Key) })
-		p.sorted[i] = merge(p.sorted[i], names, changed)
+		p.sorted[i] = merge(p.sorted[i], drop, changed)
 	}
 	return len(m.Ports), nil
 }
@@ -349,23 +352,38 @@ func (p *Proxy) syncServiceHealth() {
 	sh.SyncEndpoints(local)
 }
 
-// merge returns a new list: prev, sorted by Key, without the services of
-// the Services in drop, merged with add, sorted by Key. It does not modify
-// prev, which a backend may still hold.
-func merge(prev []backends.Service, drop map[types.NamespacedName]struct{}, add []backends.Service) []backends.Service {
+// merge returns a new list: prev, sorted by Key with unique keys, without
+// the services whose keys are in drop (sorted; keys prev lacks are
+// ignored), merged with add, sorted by Key. It copies the runs of prev
+// between the changes in bulk, so a few changes cost one copy of prev. It
+// does not modify prev, which a backend may still hold.
+func merge(prev []backends.Service, drop []string, add []backends.Service) []backends.Service {
 	out := make([]backends.Service, 0, len(prev)+len(add))
-	j := 0
-	for i := range prev {
-		if _, ok := drop[types.NamespacedName{Namespace: prev[i].Namespace, Name: prev[i].Name}]; ok {
+	// search returns the index of the first service of prev[from:] whose
+	// key is not below key, and whether it is key.
+	search := func(from int, key string) (int, bool) {
+		k, ok := slices.BinarySearchFunc(prev[from:], key, func(s backends.Service, key string) int { return strings.Compare(s.Key, key) })
+		return from + k, ok
+	}
+	i, d, a := 0, 0, 0 // next of prev to copy, of drop, of add
+	for d < len(drop) || a < len(add) {
+		// Drop before add on equal keys: a changed port replaces itself.
+		if d < len(drop) && (a == len(add) || drop[d] <= add[a].Key) {
+			pos, found := search(i, drop[d])
+			out = append(out, prev[i:pos]...)
+			if i = pos; found {
+				i++
+			}
+			d++
 			continue
 		}
-		for j < len(add) && add[j].Key < prev[i].Key {
-			out = append(out, add[j])
-			j++
-		}
-		out = append(out, prev[i])
+		pos, _ := search(i, add[a].Key)
+		out = append(out, prev[i:pos]...)
+		out = append(out, add[a])
+		i = pos
+		a++
 	}
-	out = append(out, add[j:]...)
+	out = append(out, prev[i:]...)
 	return nilIfEmpty(out)
 }
 
