@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -512,4 +514,52 @@ func largeState(n, eps int) *backends.State {
 		s.Services = append(s.Services, sv)
 	}
 	return s
+}
+
+// TestKernelTransitions applies the state sequence of TestTransitions, in
+// order and then in random orders, to the kernel: every incremental
+// transaction must be accepted, and the table must hold the chains and
+// sets of a fresh plan.
+func TestKernelTransitions(t *testing.T) {
+	c := kernelCluster(t)
+	b := nodeBackend(t, c.Nodes[0], backends.IPv4)
+	states := transitionStates()
+	order := make([]int, 0, 4*len(states))
+	for i := range states {
+		order = append(order, i)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 3 * len(states) {
+		order = append(order, r.IntN(len(states)))
+	}
+	for step, i := range order {
+		if err := b.Sync(context.Background(), states[i]); err != nil {
+			t.Fatalf("step %d state %d: %v", step, i, err)
+		}
+		inv, err := b.k.load(context.Background(), backends.IPv4, DefaultTable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs := Plan(backends.IPv4, DefaultTable, DefaultMasqueradeBit, states[i])
+		var chains, sets []string
+		for _, f := range rs.fragments() {
+			for _, ch := range f.Chains {
+				chains = append(chains, ch.Name)
+			}
+			for _, s := range f.Sets {
+				sets = append(sets, s.Name)
+			}
+		}
+		slices.Sort(chains)
+		slices.Sort(sets)
+		if got := sortedKeys(inv.chains); !slices.Equal(got, chains) {
+			t.Fatalf("step %d state %d: chains %v, want %v", step, i, got, chains)
+		}
+		if got := sortedKeys(inv.sets); !slices.Equal(got, sets) {
+			t.Fatalf("step %d state %d: sets %v, want %v", step, i, got, sets)
+		}
+	}
+	if b.stats.rebuilds != 1 {
+		t.Errorf("stats %+v: want one rebuild", b.stats)
+	}
 }

@@ -1,0 +1,486 @@
+package nftables
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/wasp-proxy/wasp/backends"
+)
+
+// transitionStates is a sequence of states that exercises every kind of
+// change: service ports added and removed, endpoints and weights changed,
+// policies toggled, affinity switched on and its timeout changed (its sets
+// redefined), NodePort addresses set and unset (nodeport-ips added and
+// deleted), Service CIDRs and masquerading changed, a multi-port Service
+// losing a port (its ClusterIP stays in cluster-ips), two Services
+// claiming one external IP.
+func transitionStates() []*backends.State {
+	base := func() *backends.State { return goldenState4() }
+	var out []*backends.State
+	add := func(f func(s *backends.State)) {
+		s := base()
+		if f != nil {
+			f(s)
+		}
+		s.Services = sortServices(s.Services)
+		out = append(out, s)
+	}
+	find := func(s *backends.State, name string) *backends.Service {
+		for i := range s.Services {
+			if s.Services[i].Name == name {
+				return &s.Services[i]
+			}
+		}
+		panic(name)
+	}
+	add(nil)
+	add(func(s *backends.State) { // endpoints and weights
+		find(s, "web").Cluster = []backends.Endpoint{ep("10.244.1.10", 1), ep("10.244.3.10", 5)}
+		find(s, "weighted").Cluster = []backends.Endpoint{ep("10.244.1.11", 1)}
+	})
+	add(func(s *backends.State) { // a service goes, one comes; affinity on
+		s.Services = slices.DeleteFunc(s.Services, func(v backends.Service) bool { return v.Name == "lb" })
+		s.Services = append(s.Services, svc("new", "10.96.0.30", func(v *backends.Service) {
+			v.Cluster = []backends.Endpoint{ep("10.244.2.30", 1)}
+		}))
+		find(s, "web").AffinityTimeout = 30
+	})
+	add(func(s *backends.State) { // affinity timeout changes; NodePort addresses
+		find(s, "sticky").AffinityTimeout = 60
+		s.NodePortAddresses = []netip.Addr{ip("198.51.100.11"), ip("198.51.100.0")}
+	})
+	add(func(s *backends.State) { // policies and no endpoints
+		find(s, "web").InternalPolicyLocal = true
+		find(s, "web").Local = []backends.Endpoint{ep("10.244.1.10", 1)}
+		find(s, "weighted").Cluster = nil
+		find(s, "weighted").HasAnyEndpoints = false
+		find(s, "lb").ExternalPolicyLocal = false
+	})
+	add(func(s *backends.State) { // state-wide changes
+		s.ServiceCIDRs = []netip.Prefix{pfx("10.96.0.0/12"), pfx("10.100.0.0/16")}
+		s.ClusterCIDRs = nil
+		s.MasqueradeAll = true
+		s.NodePortAddresses = []netip.Addr{ip("198.51.100.11")}
+	})
+	add(func(s *backends.State) { // a multi-port Service, and a shared external IP
+		web := *find(s, "web")
+		web.Key, web.PortName, web.Port = "demo/web:https/TCP/IPv4", "https", 443
+		web.ExternalIPs = []netip.Addr{ip("192.0.2.15")}
+		s.Services = append(s.Services, web)
+	})
+	add(func(s *backends.State) { // the multi-port Service loses its first port
+		web := find(s, "web")
+		web.Key, web.PortName, web.Port = "demo/web:https/TCP/IPv4", "https", 443
+	})
+	add(func(s *backends.State) { s.Services = nil })
+	return out
+}
+
+func newFakeBackend(t testing.TB, f *Fake, family backends.Family) *Backend {
+	t.Helper()
+	b, err := NewWithFake(Opts{Family: family}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// fresh is the dump of a fresh table programmed with s.
+func fresh(t testing.TB, s *backends.State) string {
+	t.Helper()
+	f := NewFake()
+	if err := newFakeBackend(t, f, s.Family).Sync(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	return f.Dump()
+}
+
+func TestTransitions(t *testing.T) {
+	states := transitionStates()
+	f := NewFake()
+	b := newFakeBackend(t, f, backends.IPv4)
+	for i, s := range states {
+		if err := b.Sync(context.Background(), s); err != nil {
+			t.Fatalf("state %d: %v", i, err)
+		}
+		if got, want := f.Dump(), fresh(t, s); got != want {
+			t.Fatalf("state %d differs from a fresh build:\n%s", i, lineDiff(want, got))
+		}
+	}
+	if b.stats.rebuilds != 1 || b.stats.failures != 0 {
+		t.Errorf("stats %+v, want one rebuild (the first Sync) and no failure", b.stats)
+	}
+}
+
+// TestTransitionsRandomOrder applies the states in random orders, with
+// repeats: each dump must equal a fresh build of its state.
+func TestTransitionsRandomOrder(t *testing.T) {
+	states := transitionStates()
+	want := make([]string, len(states))
+	for i, s := range states {
+		want[i] = fresh(t, s)
+	}
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 1))
+		f := NewFake()
+		b := newFakeBackend(t, f, backends.IPv4)
+		for step := range 3 * len(states) {
+			i := r.IntN(len(states))
+			if err := b.Sync(context.Background(), states[i]); err != nil {
+				t.Fatalf("seed %d step %d state %d: %v", seed, step, i, err)
+			}
+			if got := f.Dump(); got != want[i] {
+				t.Fatalf("seed %d step %d: state %d differs from a fresh build:\n%s", seed, step, i, lineDiff(want[i], got))
+			}
+		}
+	}
+}
+
+// TestDiffTouchesOnlyTheChange: changing one service port's endpoints
+// rewrites its chains and sends no operation for the others.
+func TestDiffTouchesOnlyTheChange(t *testing.T) {
+	s := goldenState4()
+	p := newPlanner(config{family: s.Family, table: DefaultTable, mark: 1 << DefaultMasqueradeBit})
+	old := p.plan(s)
+	s2 := goldenState4()
+	for i := range s2.Services {
+		if s2.Services[i].Name == "web" {
+			s2.Services[i].Cluster = []backends.Endpoint{ep("10.244.1.10", 1), ep("10.244.3.10", 1)}
+		}
+	}
+	tx := Diff(old, p.plan(s2))
+	got := tx.String()
+	for _, line := range strings.Split(strings.TrimSpace(got), "\n") {
+		if !strings.Contains(line, "demo/web/") {
+			t.Errorf("operation outside the changed service: %s", line)
+		}
+	}
+	want := []string{
+		"add chain ip wasp endpoint-",                            // the new endpoint
+		"flush chain ip wasp service-AXK6CI2C-demo/web/tcp/http", // its numgen changed
+		"delete chain ip wasp endpoint-SVDIZIW5-demo/web/tcp/http__10.244.2.10/8080",
+		"add rule ip wasp service-AXK6CI2C-demo/web/tcp/http numgen random mod 2",
+	}
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("missing %q in\n%s", w, got)
+		}
+	}
+	if c := tx.count(); c[opAddElements]+c[opDeleteElements] != 0 {
+		t.Errorf("element operations for an endpoint change: %v\n%s", c, got)
+	}
+	if tx := Diff(old, old); tx.Len() != 0 {
+		t.Errorf("diff of a ruleset with itself: %s", tx)
+	}
+}
+
+// TestSharedElements: a key two service ports claim is programmed once,
+// for the first port, and stays while either claims it.
+func TestSharedElements(t *testing.T) {
+	one := svc("a", "10.96.0.1", func(s *backends.Service) {
+		s.ExternalIPs = []netip.Addr{ip("192.0.2.1")}
+		s.Cluster = []backends.Endpoint{ep("10.244.1.1", 1)}
+	})
+	two := svc("b", "10.96.0.2", func(s *backends.Service) {
+		s.ExternalIPs = []netip.Addr{ip("192.0.2.1")}
+		s.Cluster = []backends.Endpoint{ep("10.244.1.2", 1)}
+	})
+	states := []*backends.State{
+		{Family: backends.IPv4, Services: []backends.Service{one, two}},
+		{Family: backends.IPv4, Services: []backends.Service{two}},
+		{Family: backends.IPv4, Services: []backends.Service{one, two}},
+		{Family: backends.IPv4, Services: []backends.Service{one}},
+	}
+	f := NewFake()
+	b := newFakeBackend(t, f, backends.IPv4)
+	for i, s := range states {
+		if err := b.Sync(context.Background(), s); err != nil {
+			t.Fatalf("state %d: %v", i, err)
+		}
+		owner := s.Services[0].Name
+		if !strings.Contains(f.Dump(), "192.0.2.1 . tcp . 80 : goto external-") ||
+			!strings.Contains(f.Dump(), "demo/"+owner+"/tcp/http\n") {
+			t.Errorf("state %d: external IP not owned by %s:\n%s", i, owner, f.Dump())
+		}
+		if got, want := f.Dump(), fresh(t, s); got != want {
+			t.Fatalf("state %d differs from a fresh build:\n%s", i, lineDiff(want, got))
+		}
+	}
+}
+
+// TestFailedSyncRebuilds: after a failed transaction the Backend loads
+// the table and rebuilds it.
+func TestFailedSyncRebuilds(t *testing.T) {
+	states := transitionStates()
+	f := NewFake()
+	b := newFakeBackend(t, f, backends.IPv4)
+	ctx := context.Background()
+	if err := b.Sync(ctx, states[0]); err != nil {
+		t.Fatal(err)
+	}
+	before := f.Dump()
+	boom := errors.New("boom")
+	f.FailNext(boom)
+	if err := b.Sync(ctx, states[1]); !errors.Is(err, boom) {
+		t.Fatalf("got %v, want boom", err)
+	}
+	if f.Dump() != before {
+		t.Fatal("a failed transaction changed the table")
+	}
+	if err := b.Sync(ctx, states[2]); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.Dump(), fresh(t, states[2]); got != want {
+		t.Fatalf("after recovery:\n%s", lineDiff(want, got))
+	}
+	if b.stats.rebuilds != 2 {
+		t.Errorf("stats %+v, want 2 rebuilds", b.stats)
+	}
+}
+
+// TestRestartReconciles: a new Backend on a table left by another
+// reconciles it without deleting it: stale objects go, affinity sets
+// whose definition did not change keep their clients.
+func TestRestartReconciles(t *testing.T) {
+	states := transitionStates()
+	ctx := context.Background()
+	f := NewFake()
+	old := newFakeBackend(t, f, backends.IPv4)
+	if err := old.Sync(ctx, states[2]); err != nil {
+		t.Fatal(err)
+	}
+	sticky := goldenStickySet(t, states[2])
+	client := ip("198.51.100.200")
+	if err := f.update(backends.IPv4, DefaultTable, sticky, client); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	next := newFakeBackend(t, f, backends.IPv4)
+	inv, _ := f.load(ctx, backends.IPv4, DefaultTable)
+	tx := rebuild(inv, Plan(backends.IPv4, DefaultTable, DefaultMasqueradeBit, states[1]))
+	if strings.Contains(tx.String(), "delete table") || strings.Contains(tx.String(), "delete set ip wasp "+sticky) {
+		t.Errorf("rebuild deletes the table or a kept affinity set:\n%s", tx)
+	}
+	if err := next.Sync(ctx, states[1]); err != nil {
+		t.Fatal(err)
+	}
+	got := f.Dump()
+	if !strings.Contains(got, "\t\t\t"+client.String()+"\n") {
+		t.Errorf("the affinity set lost its client:\n%s", got)
+	}
+	// Apart from the client, the table is a fresh build of the state.
+	got = strings.Replace(got, "\t\telements = {\n\t\t\t"+client.String()+"\n\t\t}\n", "", 1)
+	if want := fresh(t, states[1]); got != want {
+		t.Errorf("after the restart:\n%s", lineDiff(want, got))
+	}
+}
+
+// goldenStickySet is the name of the first affinity set of the sticky
+// service in s.
+func goldenStickySet(t *testing.T, s *backends.State) string {
+	t.Helper()
+	for i := range s.Services {
+		if v := &s.Services[i]; v.Name == "sticky" {
+			return affinitySetPrefix + endpointBase(v, &v.Cluster[0])
+		}
+	}
+	t.Fatal("no sticky service")
+	return ""
+}
+
+func TestSyncValidates(t *testing.T) {
+	f := NewFake()
+	b := newFakeBackend(t, f, backends.IPv4)
+	bad := goldenState4()
+	bad.Services[0].ClusterIP = ip("fd00::1")
+	bad.Services[1].Cluster = []backends.Endpoint{{Addr: ip("10.244.1.1"), Port: 80}}
+	bad.Services[2].Key = bad.Services[0].Key
+	err := b.Sync(context.Background(), bad)
+	if !errors.Is(err, ErrInvalidState) {
+		t.Fatalf("got %v, want ErrInvalidState", err)
+	}
+	for _, want := range []string{"clusterIP: fd00::1 is not ipv4", "cluster[0].weight: 0", "key: not after"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if f.Dump() != "" {
+		t.Error("an invalid state programmed something")
+	}
+	if err := b.Sync(context.Background(), goldenState6()); !errors.Is(err, ErrInvalidState) {
+		t.Errorf("an IPv6 state on an IPv4 backend: %v", err)
+	}
+}
+
+func TestCleanupAndClose(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake()
+	v4, v6 := newFakeBackend(t, f, backends.IPv4), newFakeBackend(t, f, backends.IPv6)
+	if err := v4.Sync(ctx, goldenState4()); err != nil {
+		t.Fatal(err)
+	}
+	if err := v6.Sync(ctx, goldenState6()); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // a missing table is fine
+		if err := v4.Cleanup(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.Dump(); strings.Contains(got, "table ip wasp") || !strings.Contains(got, "table ip6 wasp") {
+		t.Errorf("after the IPv4 cleanup:\n%s", got)
+	}
+	if err := v4.Sync(ctx, goldenState4()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(f.Dump(), "table ip wasp") {
+		t.Error("no table after a sync following a cleanup")
+	}
+	if err := v4.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := v4.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := v4.Sync(ctx, goldenState4()); !errors.Is(err, ErrClosed) {
+		t.Errorf("sync after close: %v", err)
+	}
+}
+
+func TestOpts(t *testing.T) {
+	tests := []struct {
+		name string
+		opts Opts
+		want string // error substring, "" for none
+		mark uint32
+	}{
+		{"defaults", Opts{Family: backends.IPv4}, "", 0x4000},
+		{"bit", Opts{Family: backends.IPv6, MasqueradeBit: 3}, "", 0x8},
+		{"no family", Opts{}, "family 0", 0},
+		{"bit too large", Opts{Family: backends.IPv4, MasqueradeBit: 32}, "masquerade bit 32", 0},
+		{"table too long", Opts{Family: backends.IPv4, Table: strings.Repeat("t", 300)}, "table name", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := tt.opts.config()
+			if tt.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("got %v, want %q", err, tt.want)
+				}
+				return
+			}
+			if err != nil || cfg.mark != tt.mark || cfg.table != DefaultTable {
+				t.Fatalf("got %+v, %v", cfg, err)
+			}
+		})
+	}
+	f := NewFake()
+	b, err := NewWithFake(Opts{Family: backends.IPv4, Table: "other", MasqueradeBit: 3}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sync(context.Background(), goldenState4()); err != nil {
+		t.Fatal(err)
+	}
+	if d := f.Dump(); !strings.HasPrefix(d, "table ip other {") || !strings.Contains(d, "mark set mark or 0x00000008") {
+		t.Errorf("table name or mark not applied:\n%.300s", d)
+	}
+}
+
+// TestFakeValidates: the fake refuses what the kernel refuses, and a
+// refused transaction changes nothing.
+func TestFakeValidates(t *testing.T) {
+	ctx := context.Background()
+	setup := func() *Fake {
+		f := NewFake()
+		if err := newFakeBackend(t, f, backends.IPv4).Sync(ctx, goldenState4()); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	rule := func(chain string, exprs ...Expr) op {
+		return op{kind: opAddRule, name: chain, rule: &Rule{Exprs: exprs}}
+	}
+	serviceIPs := &Set{Name: serviceIPsMap, Key: []KeyType{KeyIPv4Addr, KeyInetProto, KeyInetService}, Map: true}
+	key := ElemKey{Addr: ip("10.96.0.10"), Proto: protoTCP, Port: 80}
+	webChain := "service-AXK6CI2C-demo/web/tcp/http"
+	tests := []struct {
+		name string
+		ops  []op
+		want syscall.Errno
+	}{
+		{"rule in a missing chain", []op{rule("nope", Verdict{Kind: Drop})}, syscall.ENOENT},
+		{"jump to a missing chain", []op{rule(servicesChain, Verdict{Jump, "nope"})}, syscall.ENOENT},
+		{"jump to a base chain", []op{rule(servicesChain, Verdict{Jump, natOutputChain})}, syscall.EOPNOTSUPP},
+		{"lookup in a missing set", []op{rule(servicesChain, SetMatch{backends.IPv4, DAddr, "nope"}, Verdict{Kind: Drop})}, syscall.ENOENT},
+		{"vmap lookup in a plain set", []op{rule(servicesChain, VMap{backends.IPv4, dispatchKey, clusterIPsSet})}, syscall.EINVAL},
+		{"delete a chain a map element uses", []op{{kind: opFlushChain, name: webChain}, {kind: opDeleteChain, name: webChain}}, syscall.EBUSY},
+		{"delete a set a rule uses", []op{{kind: opDeleteSet, name: clusterIPsSet}}, syscall.EBUSY},
+		{"delete a missing element", []op{{kind: opDeleteElements, set: serviceIPs, elems: []Element{{Key: ElemKey{Addr: ip("10.96.9.9"), Proto: protoTCP, Port: 80}}}}}, syscall.ENOENT},
+		{"element of a missing map", []op{{kind: opAddElements, set: &Set{Name: "nope", Key: serviceIPs.Key, Map: true}, elems: []Element{{Key: key, Value: Verdict{Kind: Drop}}}}}, syscall.ENOENT},
+		{"element with another value", []op{{kind: opAddElements, set: serviceIPs, elems: []Element{{Key: key, Value: Verdict{Kind: Drop}}}}}, syscall.EEXIST},
+		{"element going to a missing chain", []op{{kind: opAddElements, set: serviceIPs, elems: []Element{{Key: ElemKey{Addr: ip("10.96.9.9"), Proto: protoTCP, Port: 80}, Value: Verdict{Goto, "nope"}}}}}, syscall.ENOENT},
+		{"element of the wrong family", []op{{kind: opAddElements, set: serviceIPs, elems: []Element{{Key: ElemKey{Addr: ip("fd00::1"), Proto: protoTCP, Port: 80}, Value: Verdict{Kind: Drop}}}}}, syscall.EINVAL},
+		{"redefine a set", []op{{kind: opAddSet, set: &Set{Name: clusterIPsSet, Key: []KeyType{KeyIPv6Addr}}}}, syscall.EEXIST},
+		{"redefine a base chain", []op{{kind: opAddChain, chain: &Chain{Name: natOutputChain, Base: &BaseChain{ChainNAT, HookOutput, 0}}}}, syscall.EEXIST},
+		{"dnat reached from a filter chain", []op{rule(firewallCheckChain, Verdict{Jump, webChain})}, syscall.EOPNOTSUPP},
+		{"reject reached from prerouting", []op{rule(firewallCheckChain, Verdict{Jump, rejectChain})}, syscall.EOPNOTSUPP},
+		{"masquerade reached from prerouting", []op{rule(servicesChain, Verdict{Jump, masqueradingChain})}, syscall.EOPNOTSUPP},
+		{"loop", []op{rule(markMasqChain, Verdict{Jump, servicesChain})}, syscall.ELOOP},
+		{"numgen with a gap", []op{rule(servicesChain, Numgen{Mod: 3, Targets: []NumgenTarget{{0, 0, webChain}, {2, 2, webChain}}})}, syscall.EINVAL},
+		{"missing table", []op{{kind: opDeleteTable}, {kind: opDeleteTable}}, syscall.ENOENT},
+		{"name too long", []op{{kind: opAddChain, chain: &Chain{Name: strings.Repeat("c", 256)}}}, syscall.ENAMETOOLONG},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := setup()
+			before := f.Dump()
+			// A valid operation first, to see it undone.
+			ops := append([]op{{kind: opAddChain, chain: &Chain{Name: "extra"}}}, tt.ops...)
+			err := f.apply(ctx, &Transaction{Family: backends.IPv4, Table: DefaultTable, ops: ops})
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("got %v, want %v", err, tt.want)
+			}
+			if f.Dump() != before {
+				t.Errorf("a refused transaction changed the table:\n%s", lineDiff(before, f.Dump()))
+			}
+		})
+	}
+}
+
+// TestTransactionString shows the syntax of each operation.
+func TestTransactionString(t *testing.T) {
+	s := &backends.State{Family: backends.IPv4, NodePortAddresses: []netip.Addr{ip("198.51.100.11")},
+		Services: []backends.Service{svc("web", "10.96.0.10", func(v *backends.Service) {
+			v.AffinityTimeout = 5
+			v.Cluster = []backends.Endpoint{ep("10.244.1.10", 1)}
+		})}}
+	tx := Diff(nil, Plan(backends.IPv4, DefaultTable, DefaultMasqueradeBit, s))
+	got := tx.String()
+	for _, want := range []string{
+		"add table ip wasp\n",
+		"add chain ip wasp nat-output { type nat hook output priority dstnat; policy accept; }\n",
+		"add set ip wasp affinity-",
+		"{ type ipv4_addr; flags dynamic,timeout; timeout 5s; }\n",
+		"add map ip wasp service-ips { type ipv4_addr . inet_proto . inet_service : verdict; comment",
+		"add element ip wasp service-ips { 10.96.0.10 . tcp . 80 : goto service-AXK6CI2C-demo/web/tcp/http }\n",
+		"add element ip wasp nodeport-ips { 198.51.100.11 }\n",
+		"add rule ip wasp services ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Log(got)
+	}
+}
