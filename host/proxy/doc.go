@@ -7,8 +7,9 @@
 //	listers -> model.Build -> pipeline.Run -> per-Service cache -> State (per family) -> Backend.Sync
 //
 // Like upstream kube-proxy:
-//   - nothing is programmed before every informer's cache has synced, so a
-//     partial view of the cluster never reaches the dataplane;
+//   - nothing is programmed before every informer's cache has synced and
+//     every event of the initial lists has been handled, so a partial view
+//     of the cluster never reaches the dataplane;
 //   - syncs are rate limited by a bounded-frequency runner: events coalesce,
 //     at most burst 2 syncs run back to back, then one per MinSyncPeriod;
 //   - errors never go upward: a failed sync is logged, counted and retried
@@ -31,6 +32,15 @@
 // looks only at the topology labels, any label counts: model.Build passes
 // all of the Node's labels to the modules, and a module may read any of
 // them. ServiceCIDR changes change every State but evaluate nothing.
+//
+// ServiceCIDRs are watched only if discovery, asked once at start, says
+// the apiserver serves them (see serviceCIDRsServed): an informer for an
+// API that is not served would never sync and hold back the first sync.
+//
+// Health and ServiceHealth, both optional, are the hooks of the health
+// servers: queued and synced updates per family, the local Node, and after
+// each successful sync the health-check node ports and local Ready
+// endpoint counts. Stats carries what metrics need.
 //
 // There is no maxInterval run (upstream's hourly sync).
 //
