@@ -23,7 +23,9 @@ var ErrHousekeeping = errors.New("dataplane programmed but housekeeping failed")
 type Backend interface {
 	// Sync makes the dataplane match s. On error the previous dataplane
 	// stays in place as far as the backend can ensure; the caller retries
-	// with a full resync.
+	// with a full resync. s and everything it points to may be shared with
+	// the caller and with earlier States: a backend may keep it (to diff
+	// the next one against) but must never modify it.
 	Sync(ctx context.Context, s *State) error
 	// Cleanup removes everything the backend ever programmed.
 	Cleanup(ctx context.Context) error
