@@ -33,11 +33,10 @@ import (
 // the transaction; wasp requires a kernel where the same-transaction delete
 // works (TestKernelStaleChainsDeletedAtOnce checks it on this one).
 func Diff(old, new *Ruleset) *Transaction {
-	tx := &Transaction{Family: new.Family, Table: new.Table}
 	if old == nil {
-		tx.add(op{kind: opAddTable})
-		old = &Ruleset{Global: &Fragment{}, elems: map[elemID]elemOwner{}}
+		return rebuild(&inventory{}, new)
 	}
+	tx := &Transaction{Family: new.Family, Table: new.Table}
 
 	// The fragments that differ.
 	var oldF, newF []*Fragment

@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"flag"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -99,4 +100,28 @@ func lineDiff(want, got string) string {
 		b.WriteString("+ " + l + "\n")
 	}
 	return b.String()
+}
+
+// largeState returns n service ports with eps endpoints each.
+func largeState(n, eps int) *backends.State {
+	s := &backends.State{
+		Family:       backends.IPv4,
+		ServiceCIDRs: []netip.Prefix{pfx("10.96.0.0/16")},
+		ClusterCIDRs: []netip.Prefix{pfx("10.244.0.0/16")},
+	}
+	for i := range n {
+		name := fmt.Sprintf("svc-%05d", i)
+		cip := netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)})
+		sv := backends.Service{
+			Key: "bench/" + name + ":http/TCP/IPv4", Namespace: "bench", Name: name, PortName: "http", Protocol: "TCP",
+			ClusterIP: cip, Port: 80, HasAnyEndpoints: true,
+		}
+		for j := range eps {
+			sv.Cluster = append(sv.Cluster, backends.Endpoint{
+				Addr: netip.AddrFrom4([4]byte{10, 244, byte(i >> 6), byte(i&63)<<2 | byte(j&3)}), Port: uint16(8080 + j), Weight: 1,
+			})
+		}
+		s.Services = append(s.Services, sv)
+	}
+	return s
 }

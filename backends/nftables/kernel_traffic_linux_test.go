@@ -5,7 +5,6 @@ package nftables
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -490,30 +489,6 @@ func TestKernelLarge(t *testing.T) {
 	if b.stats.rebuilds != 1 {
 		t.Errorf("stats %+v", b.stats)
 	}
-}
-
-// largeState returns n service ports with eps endpoints each.
-func largeState(n, eps int) *backends.State {
-	s := &backends.State{
-		Family:       backends.IPv4,
-		ServiceCIDRs: []netip.Prefix{pfx("10.96.0.0/16")},
-		ClusterCIDRs: []netip.Prefix{pfx("10.244.0.0/16")},
-	}
-	for i := range n {
-		name := fmt.Sprintf("svc-%05d", i)
-		cip := netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)})
-		sv := backends.Service{
-			Key: "bench/" + name + ":http/TCP/IPv4", Namespace: "bench", Name: name, PortName: "http", Protocol: "TCP",
-			ClusterIP: cip, Port: 80, HasAnyEndpoints: true,
-		}
-		for j := range eps {
-			sv.Cluster = append(sv.Cluster, backends.Endpoint{
-				Addr: netip.AddrFrom4([4]byte{10, 244, byte(i >> 6), byte(i&63)<<2 | byte(j&3)}), Port: uint16(8080 + j), Weight: 1,
-			})
-		}
-		s.Services = append(s.Services, sv)
-	}
-	return s
 }
 
 // TestKernelTransitions applies the state sequence of TestTransitions, in

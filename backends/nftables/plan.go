@@ -28,7 +28,7 @@ func Plan(family backends.Family, table string, masqueradeBit int, s *backends.S
 type planner struct {
 	cfg   config
 	wide  stateWide
-	cache map[string]cached // by service key
+	cache map[string]*cached // by service key
 }
 
 type cached struct {
@@ -62,7 +62,7 @@ func (p *planner) plan(s *backends.State) *Ruleset {
 		old = nil
 	}
 	p.wide = wide
-	p.cache = make(map[string]cached, len(s.Services))
+	p.cache = make(map[string]*cached, len(s.Services))
 
 	rs := &Ruleset{Family: p.cfg.family, Table: p.cfg.table, Global: p.global(s)}
 	rs.Services = make([]*Fragment, 0, len(s.Services))
@@ -70,7 +70,7 @@ func (p *planner) plan(s *backends.State) *Ruleset {
 		svc := &s.Services[i]
 		c, ok := old[svc.Key]
 		if !ok || !serviceEqual(&c.svc, svc) {
-			c = cached{svc: cloneService(svc), frag: p.service(&wide, svc)}
+			c = &cached{svc: cloneService(svc), frag: p.service(&wide, svc)}
 		}
 		p.cache[svc.Key] = c
 		rs.Services = append(rs.Services, c.frag)

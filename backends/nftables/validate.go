@@ -61,41 +61,52 @@ func (v *validator) addf(field, format string, args ...any) {
 	v.problems = append(v.problems, fmt.Errorf("%s%s: %s", v.path, field, fmt.Sprintf(format, args...)))
 }
 
+// Field names are built only for a problem: a State has 100k addresses
+// at scale, and Sync validates each one.
+
 func (v *validator) addr(field string, a netip.Addr) {
-	switch {
-	case !a.IsValid():
-		v.addf(field, "missing")
-	case a.Is4() != (v.family == backends.IPv4) || a.Is4In6():
-		v.addf(field, "%s is not %s", a, familyName(v.family))
+	v.addrAt(field, -1, "", a)
+}
+
+// addrAt checks a; its field is field, or field[i]suffix when i >= 0.
+func (v *validator) addrAt(field string, i int, suffix string, a netip.Addr) {
+	if a.IsValid() && a.Is4() == (v.family == backends.IPv4) && !a.Is4In6() {
+		return
 	}
+	if i >= 0 {
+		field = fmt.Sprintf("%s[%d]%s", field, i, suffix)
+	}
+	if !a.IsValid() {
+		v.addf(field, "missing")
+		return
+	}
+	v.addf(field, "%s is not %s", a, familyName(v.family))
 }
 
 func (v *validator) addrs(field string, as []netip.Addr) {
 	for i, a := range as {
-		v.addr(fmt.Sprintf("%s[%d]", field, i), a)
+		v.addrAt(field, i, "", a)
 	}
 }
 
 func (v *validator) prefixes(field string, ps []netip.Prefix) {
 	for i, p := range ps {
-		f := fmt.Sprintf("%s[%d]", field, i)
 		if !p.IsValid() {
-			v.addf(f, "invalid prefix %s", p)
+			v.addf(fmt.Sprintf("%s[%d]", field, i), "invalid prefix %s", p)
 			continue
 		}
-		v.addr(f, p.Addr())
+		v.addrAt(field, i, "", p.Addr())
 	}
 }
 
 func (v *validator) endpoints(field string, eps []backends.Endpoint) {
 	for i, ep := range eps {
-		f := fmt.Sprintf("%s[%d]", field, i)
-		v.addr(f+".addr", ep.Addr)
+		v.addrAt(field, i, ".addr", ep.Addr)
 		if ep.Port == 0 {
-			v.addf(f+".port", "0")
+			v.addf(fmt.Sprintf("%s[%d].port", field, i), "0")
 		}
 		if ep.Weight == 0 {
-			v.addf(f+".weight", "0, want >= 1")
+			v.addf(fmt.Sprintf("%s[%d].weight", field, i), "0, want >= 1")
 		}
 	}
 }
