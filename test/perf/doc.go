@@ -30,6 +30,8 @@
 // Environment: WASP_PERF_SIZES (default 100,1000,5000,10000),
 // WASP_PERF_PROXIES (default wasp,kube-proxy), WASP_PERF_CONNS (sequential
 // connections per dataplane path, default 3000), WASP_PERF_REPEAT (changes
-// measured per size, default 3), WASP_PERF_OUT (also write the table to this
-// file). See test/README.md.
+// measured per size, default 3), WASP_PERF_MIN_SYNC_PERIOD (both proxies'
+// minimum sync period, default 1s, their common default), WASP_PERF_OUT
+// (also write the table to this file), WASP_PERF_LOGS (keep the proxies'
+// logs in this directory). See test/README.md.
 package perf

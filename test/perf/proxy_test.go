@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,8 +40,9 @@ type proxy struct {
 
 // kubeProxyConfig is upstream kube-proxy's configuration: nftables mode,
 // nothing host-global touched (conntrack sysctls left alone, oomScoreAdj
-// 0), metrics and healthz on loopback of its own namespace. Everything
-// else is upstream's default (minSyncPeriod 1s, syncPeriod 30s).
+// 0), metrics and healthz on loopback of its own namespace, the same
+// minSyncPeriod as wasp. Everything else is upstream's default (syncPeriod
+// 30s).
 const kubeProxyConfig = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: nftables
@@ -48,6 +50,7 @@ clientConnection:
   kubeconfig: %s
 hostnameOverride: %s
 clusterCIDR: %s
+minSyncPeriod: %s
 detectLocalMode: ClusterCIDR
 metricsBindAddress: 127.0.0.1:10249
 healthzBindAddress: 127.0.0.1:10256
@@ -63,14 +66,14 @@ conntrack:
 
 // newKubeProxy prepares upstream kube-proxy on node, with its own
 // apiserver forwarder.
-func newKubeProxy(t *testing.T, env *fw.Env, bin, node string, pods [2]string) *proxy {
+func newKubeProxy(t *testing.T, env *fw.Env, bin, node string, pods [2]string, minSync time.Duration) *proxy {
 	t.Helper()
 	kubeconfig, err := env.ForwardAPIServer(t, node)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(env.Dir, "kube-proxy.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, kubeProxyConfig, kubeconfig, node, fw.ClusterCIDRs), 0o644); err != nil {
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, kubeProxyConfig, kubeconfig, node, fw.ClusterCIDRs, minSync), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return &proxy{
@@ -81,11 +84,18 @@ func newKubeProxy(t *testing.T, env *fw.Env, bin, node string, pods [2]string) *
 }
 
 // newWasp prepares wasp on the framework's proxy node with the framework's
-// flags (which give -v 2).
-func newWasp(env *fw.Env, pods [2]string) *proxy {
+// flags (which give -v 2), but kube-proxy's minimum sync period: the
+// framework's 100ms would favour wasp.
+func newWasp(env *fw.Env, pods [2]string, minSync time.Duration) *proxy {
+	args := env.DefaultArgs()
+	if i := slices.Index(args, "--min-sync-period"); i >= 0 && i+1 < len(args) {
+		args[i+1] = minSync.String()
+	} else {
+		args = append(args, "--min-sync-period", minSync.String())
+	}
 	return &proxy{
 		name: "wasp", node: env.Cluster.Node(fw.ProxyNode), pods: pods,
-		marker: waspSyncMarker, bin: env.WaspBin, args: env.DefaultArgs(),
+		marker: waspSyncMarker, bin: env.WaspBin, args: args,
 	}
 }
 

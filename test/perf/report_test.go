@@ -88,7 +88,7 @@ func table(results []*result, cfg config, machine string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "wasp vs upstream kube-proxy %s (nftables), Services x %d endpoints\n", controlplane.KubernetesVersion, loadEndpoints)
 	fmt.Fprintf(&b, "machine at the end: %s\n", machine)
-	fmt.Fprintf(&b, "changes: median of %d; dataplane: %d sequential connections per path, connect + one request\n\n", cfg.repeat, cfg.conns)
+	fmt.Fprintf(&b, "min sync period %s for both; changes: median of %d; dataplane: %d sequential connections per path, connect + one request\n\n", cfg.minSync, cfg.repeat, cfg.conns)
 
 	find := func(size int, proxy string) *result {
 		for _, r := range results {

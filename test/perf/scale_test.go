@@ -30,12 +30,18 @@ type config struct {
 	proxies []string
 	conns   int // sequential connections per dataplane path
 	repeat  int // new Services and endpoint changes measured per size
+	minSync time.Duration
 	out     string
+	logs    string // directory to keep the proxies' logs in
 }
 
 func configFromEnv() (config, error) {
-	c := config{proxies: []string{"wasp", "kube-proxy"}, conns: 3000, repeat: 3, out: os.Getenv("WASP_PERF_OUT")}
+	c := config{proxies: []string{"wasp", "kube-proxy"}, conns: 3000, repeat: 3, out: os.Getenv("WASP_PERF_OUT"), logs: os.Getenv("WASP_PERF_LOGS")}
 	var err error
+	// Both proxies' default; both get the same.
+	if c.minSync, err = time.ParseDuration(envOr("WASP_PERF_MIN_SYNC_PERIOD", "1s")); err != nil || c.minSync < 0 {
+		return c, fmt.Errorf("WASP_PERF_MIN_SYNC_PERIOD: %q is not a duration", os.Getenv("WASP_PERF_MIN_SYNC_PERIOD"))
+	}
 	if c.sizes, err = parseSizes(envOr("WASP_PERF_SIZES", "100,1000,5000,10000")); err != nil {
 		return c, fmt.Errorf("WASP_PERF_SIZES: %w", err)
 	}
@@ -147,9 +153,9 @@ func TestScale(t *testing.T) {
 	for _, name := range cfg.proxies {
 		switch name {
 		case "wasp":
-			proxies = append(proxies, newWasp(env, [2]string{fw.PodsA[0], fw.PodsA[1]}))
+			proxies = append(proxies, newWasp(env, [2]string{fw.PodsA[0], fw.PodsA[1]}, cfg.minSync))
 		case "kube-proxy":
-			proxies = append(proxies, newKubeProxy(t, env, kubeProxyBin, fw.OtherNode, [2]string{fw.PodsB[0], fw.PodsB[1]}))
+			proxies = append(proxies, newKubeProxy(t, env, kubeProxyBin, fw.OtherNode, [2]string{fw.PodsB[0], fw.PodsB[1]}, cfg.minSync))
 		}
 	}
 	env.Namespace(ctx, t, loadNamespace)
@@ -205,9 +211,14 @@ func measure(ctx context.Context, t *testing.T, env *fw.Env, p *proxy, steady *v
 	node := p.node.NS
 
 	// Warm-up: start, program this size, stop. The measured restart then
-	// finds this size's rules in the kernel, as after a real restart.
+	// finds this size's rules in the kernel, as after a real restart. A
+	// Service created while the proxy is down answers only once the proxy
+	// has synced (the rules left from the previous size do not have it).
+	warm := env.CreateService(ctx, t, fw.ServiceSpec{Name: fmt.Sprintf("%s-warm-%d", p.name, r.size), Namespace: probeNamespace})
+	env.SetEndpoints(ctx, t, warm, v1.IPv4Protocol, fw.Ready(p.pods[0])...)
 	proc := p.start(t, env)
-	at, err := firstAnswer(ctx, node, serviceAddr(t, steady), p.pods[0], programLimit, alive(p.name, proc))
+	keepLog(t, cfg, proc, fmt.Sprintf("%s-%d-warm.log", p.name, r.size))
+	at, err := firstAnswer(ctx, node, serviceAddr(t, warm), p.pods[0], programLimit, alive(p.name, proc))
 	if err != nil {
 		t.Fatalf("warm-up start: %v", err)
 	}
@@ -220,6 +231,7 @@ func measure(ctx context.Context, t *testing.T, env *fw.Env, p *proxy, steady *v
 	probe := env.CreateService(ctx, t, fw.ServiceSpec{Name: fmt.Sprintf("%s-restart-%d", p.name, r.size), Namespace: probeNamespace})
 	env.SetEndpoints(ctx, t, probe, v1.IPv4Protocol, fw.Ready(p.pods[0])...)
 	proc = p.start(t, env)
+	keepLog(t, cfg, proc, fmt.Sprintf("%s-%d.log", p.name, r.size))
 	at, err = firstAnswer(ctx, node, serviceAddr(t, probe), p.pods[0], programLimit, alive(p.name, proc))
 	if err != nil {
 		t.Fatalf("restart: %v", err)
@@ -282,6 +294,23 @@ func measure(ctx context.Context, t *testing.T, env *fw.Env, p *proxy, steady *v
 	r.load = loadavg()
 	proc.Stop()
 	r.done = true
+}
+
+// keepLog copies the process's log into cfg.logs as name when t ends, if
+// WASP_PERF_LOGS asked for it.
+func keepLog(t *testing.T, cfg config, proc *fw.Process, name string) {
+	if cfg.logs == "" {
+		return
+	}
+	t.Cleanup(func() {
+		if err := os.MkdirAll(cfg.logs, 0o755); err != nil {
+			t.Log(err)
+			return
+		}
+		if err := os.WriteFile(filepath.Join(cfg.logs, name), []byte(proc.Log()), 0o644); err != nil {
+			t.Log(err)
+		}
+	})
 }
 
 // quiet waits until the proxy is idle, and says so in the log when it
