@@ -538,3 +538,74 @@ func TestKernelTransitions(t *testing.T) {
 		t.Errorf("stats %+v: want one rebuild", b.stats)
 	}
 }
+
+// TestKernelExternal: external IPs, LB VIPs with source ranges, and
+// externalTrafficPolicy Local, from the client routed through node-a.
+func TestKernelExternal(t *testing.T) {
+	c := kernelCluster(t)
+	a1, b1 := c.Pod("a1"), c.Pod("b1")
+	for _, p := range []string{"203.0.113.0/24", "192.0.2.0/24"} {
+		if err := c.Nodes[0].NS.AddRoute(pfx(p), netip.Addr{}, "eth0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	both := []backends.Endpoint{podEP(a1, backends.IPv4, 1), podEP(b1, backends.IPv4, 1)}
+	b := nodeBackend(t, c.Nodes[0], backends.IPv4)
+	syncOK(t, b, clusterState(backends.IPv4,
+		svc("ext", "10.96.0.20", func(s *backends.Service) {
+			s.ExternalIPs = []netip.Addr{ip("192.0.2.20")}
+			s.Cluster = both
+		}),
+		svc("lb-allowed", "10.96.0.21", func(s *backends.Service) {
+			s.LoadBalancerVIPs = []netip.Addr{ip("203.0.113.21")}
+			s.LoadBalancerSourceRanges = []netip.Prefix{pfx("198.51.100.0/24")}
+			s.Cluster = both
+		}),
+		svc("lb-denied", "10.96.0.22", func(s *backends.Service) {
+			s.LoadBalancerVIPs = []netip.Addr{ip("203.0.113.22")}
+			s.LoadBalancerSourceRanges = []netip.Prefix{pfx("192.0.2.0/24")}
+			s.Cluster = both
+		}),
+		svc("lb-local", "10.96.0.23", func(s *backends.Service) {
+			s.ExternalPolicyLocal = true
+			s.LoadBalancerVIPs = []netip.Addr{ip("203.0.113.23")}
+			s.Cluster = both
+			s.Local = []backends.Endpoint{podEP(a1, backends.IPv4, 1)}
+		}),
+		svc("lb-none-local", "10.96.0.24", func(s *backends.Service) {
+			s.ExternalPolicyLocal = true
+			s.LoadBalancerVIPs = []netip.Addr{ip("203.0.113.24")}
+			s.Cluster = []backends.Endpoint{podEP(b1, backends.IPv4, 1)}
+			s.Local = []backends.Endpoint{}
+		}),
+	))
+	at := func(s string) netip.AddrPort { return netip.AddrPortFrom(ip(s), 80) }
+	t.Run("external IP", func(t *testing.T) {
+		if got := counts(t, c.Client.NS, "tcp", at("192.0.2.20"), 30); got["a1"] == 0 || got["b1"] == 0 {
+			t.Errorf("answers %v, want both pods", got)
+		}
+	})
+	t.Run("source in the ranges", func(t *testing.T) {
+		mustAsk(t, c.Client.NS, "tcp", at("203.0.113.21"))
+	})
+	t.Run("source outside the ranges: dropped", func(t *testing.T) {
+		if id, err := ask(t, c.Client.NS, "tcp", at("203.0.113.22")); !isTimeout(err) {
+			t.Errorf("got %q, %v; want a timeout", id, err)
+		}
+	})
+	t.Run("eTP Local: local endpoint only", func(t *testing.T) {
+		if got := counts(t, c.Client.NS, "tcp", at("203.0.113.23"), 20); got["a1"] != 20 {
+			t.Errorf("answers %v, want only a1", got)
+		}
+	})
+	t.Run("eTP Local, none local: dropped", func(t *testing.T) {
+		if id, err := ask(t, c.Client.NS, "tcp", at("203.0.113.24")); !isTimeout(err) {
+			t.Errorf("got %q, %v; want a timeout", id, err)
+		}
+	})
+	t.Run("eTP Local, none local: pods short-circuit", func(t *testing.T) {
+		if got := mustAsk(t, c.Pod("a2").NS, "tcp", at("203.0.113.24")); got != "b1" {
+			t.Errorf("answer %q, want b1", got)
+		}
+	})
+}
