@@ -46,31 +46,6 @@ func kernelCluster(t *testing.T) *netlab.Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Nodes route the Service ranges on-link, as a default route would,
-	// so that packets to unprogrammed addresses reach the forward hook.
-	for _, n := range c.Nodes {
-		for _, p := range []string{"10.96.0.0/16", "fd00:10:96::/112"} {
-			if err := n.NS.AddRoute(netip.MustParsePrefix(p), netip.Addr{}, "eth0"); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	// Nodes answer rejected connections at once: no ICMP rate limit
-	// (per destination host, one a second by default) and no redirect
-	// (which, sent first to the same client, uses up the limit).
-	for _, n := range c.Nodes {
-		for k, v := range map[string]string{
-			"net/ipv4/icmp_ratelimit":              "0",
-			"net/ipv6/icmp/ratelimit":              "0",
-			"net/ipv4/conf/all/send_redirects":     "0",
-			"net/ipv4/conf/eth0/send_redirects":    "0",
-			"net/ipv4/conf/default/send_redirects": "0",
-		} {
-			if err := n.NS.Sysctl(k, v); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	if err := probeNFTables(c.Nodes[0].NS.Path()); err != nil {
 		t.Skipf("kernel test: nftables unavailable: %v", err)
 	}

@@ -16,7 +16,10 @@ import (
 //	  gateway (cbr0)      10.244.<i>.1           fd00:10:244:<i>::1
 //	  pod j (1-based)     10.244.<i>.<10+j>      fd00:10:244:<i>::<10+j>
 //
-// Every node routes the other nodes' pod ranges through their LAN address.
+// Every node routes the other nodes' pod ranges through their LAN address,
+// and everything else out of eth0 on-link, as to an absent default gateway:
+// packets to addresses no one has (an unallocated ClusterIP, say) still
+// reach the node's forward and output hooks instead of failing routing.
 // The client's default route goes through node 1, so traffic to ClusterIPs,
 // external IPs and load-balancer VIPs reaches node 1's dataplane, as from a
 // router in front of it. Node 1 is where a test runs its proxy.
@@ -161,6 +164,11 @@ func BuildCluster(lab *Lab, spec ClusterSpec) (*Cluster, error) {
 		c.Nodes = append(c.Nodes, n)
 	}
 	for _, n := range c.Nodes {
+		for _, def := range []string{"0.0.0.0/0", "::/0"} {
+			if err := n.NS.AddRoute(netip.MustParsePrefix(def), netip.Addr{}, "eth0"); err != nil {
+				return nil, err
+			}
+		}
 		for _, o := range c.Nodes {
 			if o == n {
 				continue

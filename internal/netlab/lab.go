@@ -66,8 +66,8 @@ func Probe() error {
 }
 
 // AddNS creates a network namespace with its loopback up, IPv6 duplicate
-// address detection off (so addresses are usable at once) and forwarding
-// on for both families.
+// address detection off (so addresses are usable at once), forwarding on
+// for both families, and neither ICMP rate limits nor redirects.
 func (l *Lab) AddNS(name string) (*NS, error) {
 	l.mu.Lock()
 	if l.closed {
@@ -95,11 +95,18 @@ func (l *Lab) AddNS(name string) (*NS, error) {
 	l.nss = append(l.nss, ns)
 	l.mu.Unlock()
 
+	// No ICMP rate limit (one a second per destination by default) and no
+	// redirects (which, sent first to the same host, use up that limit):
+	// a rejected connection must be refused at once, every time.
 	for k, v := range map[string]string{
-		"net/ipv6/conf/all/accept_dad":     "0",
-		"net/ipv6/conf/default/accept_dad": "0",
-		"net/ipv4/ip_forward":              "1",
-		"net/ipv6/conf/all/forwarding":     "1",
+		"net/ipv6/conf/all/accept_dad":         "0",
+		"net/ipv6/conf/default/accept_dad":     "0",
+		"net/ipv4/ip_forward":                  "1",
+		"net/ipv6/conf/all/forwarding":         "1",
+		"net/ipv4/icmp_ratelimit":              "0",
+		"net/ipv6/icmp/ratelimit":              "0",
+		"net/ipv4/conf/all/send_redirects":     "0",
+		"net/ipv4/conf/default/send_redirects": "0",
 	} {
 		if err := ns.Sysctl(k, v); err != nil {
 			return nil, err
