@@ -28,7 +28,10 @@ func main() {
 	}
 }
 
-func newRootCommand() *cobra.Command {
+func newRootCommand() *cobra.Command { return newRootCommandWith(defaultEnv()) }
+
+// newRootCommandWith returns the command tree over e, which tests replace.
+func newRootCommandWith(e env) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "wasp",
 		Short: "WebAssembly Service Proxy: a kube-proxy replacement with Service semantics in Wasm modules",
@@ -42,7 +45,7 @@ kube-proxy exactly.`,
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("v"))
-	root.AddCommand(newExplainCommand(), newModuleCommand(), newVersionCommand())
+	root.AddCommand(newRunCommand(e), newCleanupCommand(e), newExplainCommand(), newModuleCommand(), newVersionCommand())
 	return root
 }
 
