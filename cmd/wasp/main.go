@@ -45,7 +45,7 @@ kube-proxy exactly.`,
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("v"))
-	root.AddCommand(newRunCommand(e), newCleanupCommand(e), newExplainCommand(), newModuleCommand(), newVersionCommand())
+	root.AddCommand(newRunCommand(e), newCleanupCommand(e), newDemoCommand(), newExplainCommand(), newModuleCommand(), newVersionCommand())
 	return root
 }
 
