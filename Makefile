@@ -1,6 +1,7 @@
 # wasp — WebAssembly Service Proxy.
 #
-#   make explain   run wasp's main job on the bundled sample cluster
+#   make demo      wasp programming nftables on a throwaway two-node lab (Linux, root or sudo)
+#   make explain   run wasp's module chain on the bundled sample cluster
 #   make test      everything CI runs: checks, module drift, all tests
 #   make check     gofmt, go vet, staticcheck, cross-builds, go mod tidy
 #   make modules   rebuild the embedded default modules from their sources
@@ -14,9 +15,14 @@ PLATFORMS   := linux/amd64 linux/arm64 windows/amd64
 MODULES     := topology trafficpolicy selection
 BENCHTIME   ?= 10x
 
-.PHONY: all explain build test unit e2e check fmt vet lint cross tidy modules modules-check bench clean
+.PHONY: all demo explain build test unit e2e check fmt vet lint cross tidy modules modules-check bench clean
 
 all: check unit
+
+demo: build ## wasp run on a lab of network namespaces, requests to its Services, then teardown (needs root).
+	@if [ "$$(id -u)" = 0 ]; then bin/wasp demo; \
+	elif command -v sudo >/dev/null; then echo "wasp demo creates network namespaces and nftables tables: running it with sudo"; sudo bin/wasp demo; \
+	else bin/wasp demo; fi
 
 explain: ## Run the module chain on the bundled sample cluster.
 	$(GO) run ./cmd/wasp explain --node node-a -o table
