@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,7 +109,9 @@ type runFlags struct {
 	cleanup                      bool
 }
 
-func (f *runFlags) add(fs *pflag.FlagSet) {
+// add defines the flags on cmd.
+func (f *runFlags) add(cmd *cobra.Command) {
+	fs := cmd.Flags()
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "path to a kubeconfig file (default: the in-cluster configuration)")
 	fs.StringVar(&f.master, "master", "", "the apiserver's address, overriding the kubeconfig's")
 	fs.StringVar(&f.hostname, "hostname-override", "", "this node's name (default: the host name)")
@@ -314,7 +315,7 @@ edit a Service in the file and the dataplane follows.`,
 			return runProxy(cmd.Context(), e, c)
 		},
 	}
-	f.add(cmd.Flags())
+	f.add(cmd)
 	return cmd
 }
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
+	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
@@ -196,9 +196,9 @@ func TestRunFlagsConfig(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var f runFlags
-			fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
-			f.add(fs)
-			if err := fs.Parse(tc.args); err != nil {
+			cmd := &cobra.Command{}
+			f.add(cmd)
+			if err := cmd.Flags().Parse(tc.args); err != nil {
 				t.Fatal(err)
 			}
 			got, err := f.config(hostname)
