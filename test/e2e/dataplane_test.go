@@ -61,6 +61,7 @@ func TestDataplane(t *testing.T) {
 		{"scale down while connecting", testScaleDown},
 		{"UDP flow follows its endpoint", testUDPConntrack},
 		{"IPv6 ClusterIP", testIPv6},
+		{"healthz and livez", testProxyHealth},
 	} {
 		if !t.Run(sc.name, func(t *testing.T) { sc.run(t, s) }) && ctx.Err() != nil {
 			return
@@ -283,13 +284,19 @@ func testInternalLocal(t *testing.T, s *suite) {
 // healthCheck GETs the Service's health-check node port on node-a from the
 // client and returns the status code and the decoded body.
 func healthCheck(s *suite, port int32) (int, map[string]any, http.Header, error) {
+	return getJSON(s, netip.AddrPortFrom(s.nodeA().IPv4, uint16(port)), "/")
+}
+
+// getJSON GETs http://addr/path from the client namespace and decodes the
+// JSON body.
+func getJSON(s *suite, addr netip.AddrPort, path string) (int, map[string]any, http.Header, error) {
 	c := &http.Client{Timeout: ask, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return s.client().Dial(ctx, network, addr)
 		},
 	}}
 	defer c.CloseIdleConnections()
-	resp, err := c.Get(fmt.Sprintf("http://%s/", netip.AddrPortFrom(s.nodeA().IPv4, uint16(port))))
+	resp, err := c.Get(fmt.Sprintf("http://%s%s", addr, path))
 	if err != nil {
 		return 0, nil, nil, err
 	}
@@ -554,4 +561,64 @@ func testIPv6(t *testing.T, s *suite) {
 	expectOnly(t, s.pod("a-3"), "tcp", ip6, 80, 40, "a-2", "b-2")
 	expectOnly(t, s.client(), "tcp", ip4, 80, 40, "a-1", "b-1")
 	waitFor(t, s.client(), "tcp", s.nodeA().IPv6, fw.NodePort(t, svc), "a-2", "b-2")
+}
+
+// testProxyHealth checks the proxy health server on its default port:
+// healthy while syncs keep up, and /healthz (not /livez) failing once the
+// node is marked for deletion by the cluster autoscaler.
+func testProxyHealth(t *testing.T, s *suite) {
+	addr := netip.AddrPortFrom(s.nodeA().IPv4, 10256)
+	for _, path := range []string{"/healthz", "/livez"} {
+		fw.Eventually(t, converge, func() error {
+			code, body, hdr, err := getJSON(s, addr, path)
+			if err != nil {
+				return err
+			}
+			if code != http.StatusOK || body["healthy"] != true || hdr.Get("Content-Type") != "application/json" {
+				return fmt.Errorf("%s: %d %v %v, want 200, healthy, JSON", path, code, body, hdr)
+			}
+			status, _ := body["status"].(map[string]any)
+			if status["IPv4"] == nil || status["IPv6"] == nil {
+				return fmt.Errorf("%s: status %v, want both families", path, body["status"])
+			}
+			if path == "/healthz" && body["nodeEligible"] != true {
+				return fmt.Errorf("%s: nodeEligible %v, want true", path, body["nodeEligible"])
+			}
+			return nil
+		})
+	}
+
+	nodes := s.env.Client.CoreV1().Nodes()
+	node, err := nodes.Get(s.ctx, fw.ProxyNode, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	taint := v1.Taint{Key: "ToBeDeletedByClusterAutoscaler", Effect: v1.TaintEffectNoSchedule}
+	node.Spec.Taints = append(node.Spec.Taints, taint)
+	if _, err := nodes.Update(s.ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		node, err := nodes.Get(s.ctx, fw.ProxyNode, metav1.GetOptions{})
+		if err == nil {
+			node.Spec.Taints = nil
+			_, err = nodes.Update(s.ctx, node, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	}()
+	fw.Eventually(t, converge, func() error {
+		code, body, _, err := getJSON(s, addr, "/healthz")
+		if err != nil {
+			return err
+		}
+		if code != http.StatusServiceUnavailable || body["nodeEligible"] != false {
+			return fmt.Errorf("/healthz on a node being deleted: %d %v, want 503, nodeEligible false", code, body)
+		}
+		return nil
+	})
+	if code, body, _, err := getJSON(s, addr, "/livez"); err != nil || code != http.StatusOK {
+		t.Fatalf("/livez ignores the node: %d %v %v, want 200", code, body, err)
+	}
 }
