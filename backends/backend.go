@@ -47,6 +47,12 @@ type State struct {
 	// NodePortAddresses are the node addresses NodePorts answer on; empty
 	// means every local address.
 	NodePortAddresses []netip.Addr
+	// NodeIPs are the node's own addresses of the family. When one of
+	// them is inside a Service's LoadBalancerSourceRanges, the Service's
+	// load-balancer VIPs are allowed as sources too (traffic from the
+	// node to a VIP bound to it loops back with the VIP as source), as
+	// upstream does. Optional: empty means no such exception.
+	NodeIPs []netip.Addr
 	// ServiceCIDRs are the cluster's Service IP ranges: traffic to an
 	// unallocated address inside them is dropped.
 	ServiceCIDRs []netip.Prefix

@@ -55,7 +55,7 @@ func (p *planner) plan(s *backends.State) *Ruleset {
 	wide := stateWide{
 		masqueradeAll: s.MasqueradeAll,
 		podCIDRs:      normalizePrefixes(s.ClusterCIDRs),
-		nodeIPs:       sortedAddrs(s.NodePortAddresses),
+		nodeIPs:       sortedAddrs(s.NodeIPs),
 	}
 	old := p.cache
 	if !wide.equal(&p.wide) {
@@ -188,10 +188,10 @@ func (p *planner) global(s *backends.State) *Fragment {
 	// never supports localhost NodePorts in nftables mode), or on the
 	// configured addresses.
 	var nodePortMatch []Expr
-	var nodeIPs []netip.Addr
+	var nodePortIPs []netip.Addr
 	for _, a := range sortedAddrs(s.NodePortAddresses) {
 		if !a.IsLoopback() {
-			nodeIPs = append(nodeIPs, a)
+			nodePortIPs = append(nodePortIPs, a)
 		}
 	}
 	var noEndpointNodePortMatch []Expr
@@ -205,7 +205,7 @@ func (p *planner) global(s *backends.State) *Fragment {
 		noEndpointNodePortMatch = []Expr{notLoop}
 	} else {
 		f.Sets = append(f.Sets, &Set{Name: nodePortIPsSet, Key: []KeyType{addr}, Comment: "IPs that accept NodePort traffic"})
-		for _, a := range nodeIPs {
+		for _, a := range nodePortIPs {
 			f.Elements = append(f.Elements, Element{Set: nodePortIPsSet, Key: ElemKey{Addr: a}})
 		}
 		nodePortMatch = []Expr{SetMatch{fam, DAddr, nodePortIPsSet}}

@@ -13,6 +13,7 @@ import (
 func goldenState4() *backends.State {
 	return &backends.State{
 		Family:       backends.IPv4,
+		NodeIPs:      []netip.Addr{ip("198.51.100.11")},
 		ServiceCIDRs: []netip.Prefix{pfx("10.96.0.0/16")},
 		ClusterCIDRs: []netip.Prefix{pfx("10.244.0.0/16")},
 		Services: sortServices([]backends.Service{
@@ -214,5 +215,33 @@ func TestChainNames(t *testing.T) {
 	}
 	if strings.Contains(endpointBase(&s, &e), ":") {
 		t.Error("IPv6 colons in a name")
+	}
+}
+
+// TestFirewallNodeException: the VIPs are allowed as sources when one of
+// State.NodeIPs is in loadBalancerSourceRanges, whatever the NodePort
+// addresses.
+func TestFirewallNodeException(t *testing.T) {
+	lb := svc("lb", "10.96.0.15", func(s *backends.Service) {
+		s.LoadBalancerVIPs = []netip.Addr{ip("203.0.113.15")}
+		s.LoadBalancerSourceRanges = []netip.Prefix{pfx("198.51.100.0/25")}
+		s.Cluster = []backends.Endpoint{ep("10.244.1.15", 1)}
+	})
+	for _, tt := range []struct {
+		name      string
+		nodeIPs   []netip.Addr
+		nodePorts []netip.Addr
+		want      string
+	}{
+		{"node in the ranges", []netip.Addr{ip("198.51.100.11")}, nil, "ip saddr != { 198.51.100.0/25, 203.0.113.15 } drop"},
+		{"node outside", []netip.Addr{ip("198.51.100.200")}, nil, "ip saddr != { 198.51.100.0/25 } drop"},
+		{"NodePort addresses do not count", nil, []netip.Addr{ip("198.51.100.11")}, "ip saddr != { 198.51.100.0/25 } drop"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &backends.State{Family: backends.IPv4, NodeIPs: tt.nodeIPs, NodePortAddresses: tt.nodePorts, Services: []backends.Service{lb}}
+			if got := Plan(backends.IPv4, DefaultTable, DefaultMasqueradeBit, s).Dump(); !strings.Contains(got, "\t\t"+tt.want+"\n") {
+				t.Errorf("no %q in\n%s", tt.want, got)
+			}
+		})
 	}
 }

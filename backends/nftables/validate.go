@@ -21,6 +21,7 @@ func validate(family backends.Family, s *backends.State) error {
 		v.addf("family", "%s, want %s", familyName(s.Family), familyName(family))
 	}
 	v.addrs("nodePortAddresses", s.NodePortAddresses)
+	v.addrs("nodeIPs", s.NodeIPs)
 	v.prefixes("serviceCIDRs", s.ServiceCIDRs)
 	v.prefixes("clusterCIDRs", s.ClusterCIDRs)
 	for i := range s.Services {

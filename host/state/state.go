@@ -26,6 +26,10 @@ type Options struct {
 	// NodePortAddresses are the node addresses NodePorts answer on.
 	// Optional: none means every local address.
 	NodePortAddresses []netip.Addr
+	// NodeIPs are the node's own addresses, for the
+	// loadBalancerSourceRanges exception (see backends.State.NodeIPs).
+	// Optional.
+	NodeIPs []netip.Addr
 	// ServiceCIDRs are the cluster's Service IP ranges. Optional: none
 	// means no drop rule for unallocated Service IPs.
 	ServiceCIDRs []netip.Prefix
@@ -62,6 +66,7 @@ func Build(family backends.Family, opts Options, ports []model.ServicePort, resu
 	s := &backends.State{
 		Family:            family,
 		NodePortAddresses: addrsOf(family, opts.NodePortAddresses),
+		NodeIPs:           addrsOf(family, opts.NodeIPs),
 		ServiceCIDRs:      prefixesOf(family, opts.ServiceCIDRs),
 		ClusterCIDRs:      prefixesOf(family, opts.ClusterCIDRs),
 		MasqueradeAll:     opts.MasqueradeAll,

@@ -165,6 +165,7 @@ func TestBuild(t *testing.T) {
 			family: backends.IPv4,
 			opts: state.Options{
 				NodePortAddresses: []netip.Addr{ip("198.51.100.1"), ip("2001:db8:100::1")},
+				NodeIPs:           []netip.Addr{ip("2001:db8:100::1"), ip("198.51.100.1"), ip("198.51.100.2")},
 				ServiceCIDRs:      []netip.Prefix{pfx("10.96.0.0/16"), pfx("fd00:10:96::/112")},
 				ClusterCIDRs:      []netip.Prefix{pfx("fd00:10:244::/56"), pfx("10.244.0.0/16")},
 				MasqueradeAll:     true,
@@ -180,6 +181,7 @@ func TestBuild(t *testing.T) {
 			want: &backends.State{
 				Family:            backends.IPv4,
 				NodePortAddresses: []netip.Addr{ip("198.51.100.1")},
+				NodeIPs:           []netip.Addr{ip("198.51.100.1"), ip("198.51.100.2")},
 				ServiceCIDRs:      []netip.Prefix{pfx("10.96.0.0/16")},
 				ClusterCIDRs:      []netip.Prefix{pfx("10.244.0.0/16")},
 				MasqueradeAll:     true,
@@ -196,6 +198,7 @@ func TestBuild(t *testing.T) {
 			family: backends.IPv6,
 			opts: state.Options{
 				NodePortAddresses: []netip.Addr{ip("198.51.100.1"), ip("2001:db8:100::1")},
+				NodeIPs:           []netip.Addr{ip("198.51.100.1"), ip("2001:db8:100::1")},
 				ServiceCIDRs:      []netip.Prefix{pfx("10.96.0.0/16"), pfx("fd00:10:96::/112")},
 			},
 			ports: []model.ServicePort{
@@ -209,6 +212,7 @@ func TestBuild(t *testing.T) {
 			want: &backends.State{
 				Family:            backends.IPv6,
 				NodePortAddresses: []netip.Addr{ip("2001:db8:100::1")},
+				NodeIPs:           []netip.Addr{ip("2001:db8:100::1")},
 				ServiceCIDRs:      []netip.Prefix{pfx("fd00:10:96::/112")},
 				Services: []backends.Service{
 					with(svc("dual", v1.IPv6Protocol, "fd00:10:96::70"), func(s *backends.Service) {
@@ -317,13 +321,14 @@ func withPort(sp model.ServicePort, f func(*model.ServicePort)) model.ServicePor
 // TestBuildSharesNoMemory checks that changing the State leaves the input
 // alone.
 func TestBuildSharesNoMemory(t *testing.T) {
-	opts := state.Options{NodePortAddresses: []netip.Addr{ip("198.51.100.1")}}
+	opts := state.Options{NodePortAddresses: []netip.Addr{ip("198.51.100.1")}, NodeIPs: []netip.Addr{ip("198.51.100.1")}}
 	sp := port("web", v1.IPv4Protocol, "10.96.0.10")
 	sp.ExternalIPs = []netip.Addr{ip("192.0.2.1")}
 	s := state.Build(backends.IPv4, opts, []model.ServicePort{sp}, []pipeline.Result{result(nil, nil, nil)})
 	s.NodePortAddresses[0] = ip("198.51.100.9")
+	s.NodeIPs[0] = ip("198.51.100.9")
 	s.Services[0].ExternalIPs[0] = ip("192.0.2.9")
-	if opts.NodePortAddresses[0] != ip("198.51.100.1") || sp.ExternalIPs[0] != ip("192.0.2.1") {
+	if opts.NodePortAddresses[0] != ip("198.51.100.1") || opts.NodeIPs[0] != ip("198.51.100.1") || sp.ExternalIPs[0] != ip("192.0.2.1") {
 		t.Errorf("Build's State aliases its input")
 	}
 }
