@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -27,6 +28,7 @@ const (
 	loadEndpoints = 10
 	loadWorkers   = 16
 	loadManagedBy = "perf.wasp.dev"
+	loadAttempts  = 10 // about four minutes of retries
 )
 
 var fakePods = netip.MustParsePrefix("10.244.128.0/17")
@@ -45,7 +47,7 @@ func loadServices(ctx context.Context, client kubernetes.Interface, from, to int
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				if err := loadService(ctx, client, i); err != nil {
+				if err := retry(ctx, func() error { return loadService(ctx, client, i) }); err != nil {
 					failures.Add(1)
 					once.Do(func() { firstErr = err })
 				}
@@ -61,6 +63,27 @@ func loadServices(ctx context.Context, client kubernetes.Interface, from, to int
 		return fmt.Errorf("%d of %d Services failed, first: %w", n, to-from, firstErr)
 	}
 	return ctx.Err()
+}
+
+// retry calls f until it succeeds, up to loadAttempts times with growing
+// pauses: on a busy two-core machine etcd has been seen to stall for two
+// minutes, and a transient apiserver error must not end an hour's run.
+// (Creates are idempotent here: AlreadyExists counts as success.)
+func retry(ctx context.Context, f func() error) error {
+	pause := time.Second
+	var err error
+	for range loadAttempts {
+		if err = f(); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 30*time.Second)
+	}
+	return err
 }
 
 func loadService(ctx context.Context, client kubernetes.Interface, i int) error {
