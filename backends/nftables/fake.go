@@ -392,9 +392,12 @@ func checkRule(t *fakeTable, family backends.Family, r *Rule) error {
 					want[i] = KeyInetProto
 				case KeyTHDPort:
 					want[i] = KeyInetService
+				case KeyNumgen:
+					want[i] = KeyBucket
 				}
 			}
-			if e.Family != family || !s.spec.Map || !slices.Equal(s.spec.Key, want) {
+			if e.Family != family || !s.spec.Map || !slices.Equal(s.spec.Key, want) ||
+				(slices.Contains(e.Key, KeyNumgen) && e.Mod == 0) {
 				return fmt.Errorf("vmap lookup in @%s of type %s: %w", e.Map, s.spec.typeString(), syscall.EINVAL)
 			}
 		case Numgen:
@@ -497,6 +500,8 @@ func checkKey(family backends.Family, s *Set, k ElemKey) error {
 			want.Proto = k.Proto
 		case KeyInetService:
 			want.Port = k.Port
+		case KeyBucket:
+			want.Bucket = k.Bucket
 		}
 	}
 	if want != k {

@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -149,6 +150,9 @@ const (
 	KeyIPv6Addr
 	KeyInetProto
 	KeyInetService
+	// KeyBucket is a numgen bucket, a 32-bit number in host byte order;
+	// nft calls the type "mark" (the 32-bit host-order type it has).
+	KeyBucket
 )
 
 func (k KeyType) String() string {
@@ -161,6 +165,8 @@ func (k KeyType) String() string {
 		return "inet_proto"
 	case KeyInetService:
 		return "inet_service"
+	case KeyBucket:
+		return "mark"
 	}
 	return fmt.Sprintf("keytype(%d)", uint8(k))
 }
@@ -213,9 +219,10 @@ func (s *Set) typeString() string {
 // ElemKey is the key of a set or map element. Only the fields of the
 // set's key type are used; the others stay zero. It is comparable.
 type ElemKey struct {
-	Addr  netip.Addr
-	Proto uint8
-	Port  uint16
+	Addr   netip.Addr
+	Proto  uint8
+	Port   uint16
+	Bucket uint32
 }
 
 // string prints k for a set of key type kt.
@@ -229,6 +236,8 @@ func (k ElemKey) string(kt []KeyType) string {
 			parts = append(parts, protoName(k.Proto))
 		case KeyInetService:
 			parts = append(parts, itoa(uint64(k.Port)))
+		case KeyBucket:
+			parts = append(parts, itoa(uint64(k.Bucket)))
 		}
 	}
 	return strings.Join(parts, " . ")
@@ -241,7 +250,10 @@ func (k ElemKey) compare(o ElemKey) int {
 	if k.Proto != o.Proto {
 		return int(k.Proto) - int(o.Proto)
 	}
-	return int(k.Port) - int(o.Port)
+	if k.Port != o.Port {
+		return int(k.Port) - int(o.Port)
+	}
+	return cmp.Compare(k.Bucket, o.Bucket)
 }
 
 // Element is an element of a named set, or of a verdict map when Value
@@ -435,13 +447,16 @@ const (
 	KeyDAddr   KeyField = iota + 1 // ip daddr / ip6 daddr
 	KeyL4Proto                     // meta l4proto
 	KeyTHDPort                     // th dport
+	KeyNumgen                      // numgen random mod VMap.Mod
 )
 
 // VMap looks a concatenation of packet fields up in a named verdict map:
-// "ip daddr . meta l4proto . th dport vmap @service-ips".
+// "ip daddr . meta l4proto . th dport vmap @service-ips". A KeyNumgen
+// field is a random number below Mod: "... . numgen random mod 4 vmap @m".
 type VMap struct {
 	Family backends.Family
 	Key    []KeyField
+	Mod    uint32 // for KeyNumgen
 	Map    string
 }
 
@@ -455,6 +470,8 @@ func (m VMap) String() string {
 			parts[i] = "meta l4proto"
 		case KeyTHDPort:
 			parts[i] = "th dport"
+		case KeyNumgen:
+			parts[i] = fmt.Sprintf("numgen random mod %d", m.Mod)
 		}
 	}
 	return strings.Join(parts, " . ") + " vmap @" + m.Map

@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/base32"
 	"strings"
@@ -64,6 +65,53 @@ const (
 	markMasqChain     = "mark-for-masquerade"
 	masqueradingChain = "masquerading"
 )
+
+// Endpoint selection. A policy chain whose endpoints, weights reduced by
+// their gcd, add up to W buckets (W >= 2, within maxBuckets) ends with
+// "goto buckets-<kind>-<W>", kind "cluster" or "local" after the policy
+// chain's prefix. That chain, shared by every policy chain of its kind
+// and W, looks the packet's service entry and a random bucket up in two
+// maps of the same name, the second with "-nodeports" appended:
+//
+//	ip daddr . meta l4proto . th dport . numgen random mod W vmap @buckets-cluster-W
+//	meta l4proto . th dport . numgen random mod W vmap @buckets-cluster-W-nodeports
+//
+// whose elements "addr . proto . port . bucket : goto endpoint-…" each
+// policy chain adds for the entries (ClusterIP, external IPs, LB VIPs,
+// NodePort) that lead to it.
+const (
+	bucketChainPrefix = "buckets-"
+	bucketNodePorts   = "-nodeports"
+	// maxBuckets bounds W for unequal weights: past it (and past the
+	// number of endpoints, which equal weights give), the policy chain
+	// keeps its own "numgen random mod W vmap { lo-hi : goto … }".
+	maxBuckets = 1024
+)
+
+// bucketClass is the kind and size of a bucket chain.
+type bucketClass struct {
+	local bool
+	w     uint32
+}
+
+// name is the bucket chain's name and that of its address map.
+func (c bucketClass) name() string {
+	kind := "cluster-"
+	if c.local {
+		kind = "local-"
+	}
+	return bucketChainPrefix + kind + itoa(uint64(c.w))
+}
+
+func (c bucketClass) compare(o bucketClass) int {
+	if c.local != o.local {
+		if c.local {
+			return 1
+		}
+		return -1
+	}
+	return cmp.Compare(c.w, o.w)
+}
 
 // DefaultMasqueradeBit is the bit of the packet mark that asks for
 // masquerading, upstream's default: 0x4000.

@@ -49,32 +49,12 @@ func (k *netlinkKernel) close() error {
 	return k.ns.Close()
 }
 
-// conn returns a connection whose socket buffers fit a batch of about
-// messages messages. The kernel acknowledges every message of a batch
-// after it commits, and a full rebuild at 10k services is over 100k
-// messages: with the default receive buffer the acknowledgements
-// overflow it and the sender sees ENOBUFS for a transaction that did
-// commit. Like nft, size both buffers for the batch (forcing past
-// rmem_max and wmem_max, which CAP_NET_ADMIN allows).
+// conn returns a google/nftables connection, for listing, whose socket
+// buffers fit about messages replies.
 func (k *netlinkKernel) conn(messages int) (*nft.Conn, error) {
-	const perMessage = 1024 // bytes of buffer per message, each way; nft reserves as much for replies
-	size := min(max(messages*perMessage, 1<<20), 1<<30)
+	const perMessage = 1024 // bytes of buffer per message
 	opts := []nft.ConnOption{nft.WithSockOptions(func(c *netlink.Conn) error {
-		raw, err := c.SyscallConn()
-		if err != nil {
-			return err
-		}
-		var serr error
-		err = raw.Control(func(fd uintptr) {
-			for _, o := range []struct{ force, plain int }{{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}, {unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}} {
-				if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o.force, size) != nil {
-					if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o.plain, size); e != nil && serr == nil {
-						serr = e
-					}
-				}
-			}
-		})
-		return errors.Join(err, serr)
+		return setBuffers(c, messages*perMessage)
 	})}
 	if k.ns != nil {
 		opts = append(opts, nft.WithNetNSFd(int(k.ns.Fd())))
@@ -138,7 +118,7 @@ func (k *netlinkKernel) load(ctx context.Context, family backends.Family, table 
 			spec.Timeout = uint32(s.Timeout / time.Second)
 		}
 		for _, name := range strings.Split(s.KeyType.Name, " . ") {
-			for _, kt := range []KeyType{KeyIPv4Addr, KeyIPv6Addr, KeyInetProto, KeyInetService} {
+			for _, kt := range []KeyType{KeyIPv4Addr, KeyIPv6Addr, KeyInetProto, KeyInetService, KeyBucket} {
 				if kt.String() == name {
 					spec.Key = append(spec.Key, kt)
 				}
@@ -170,14 +150,17 @@ func (k *netlinkKernel) apply(ctx context.Context, tx *Transaction) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	n := 0
-	for _, o := range tx.ops {
-		n += 1 + len(o.elems)/elementsPerMessage
-		if o.kind == opAddRule {
-			n++ // an anonymous set, perhaps
+	// google/nftables marshals the batch; it goes to a capturing
+	// connection and is sent by send, not by Conn.Flush.
+	var batch []netlink.Message
+	acks := []netlink.Message{{Header: netlink.Header{Type: netlink.Error}, Data: make([]byte, 4+16)}}
+	c, err := nft.New(nft.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
+		if req == nil {
+			return acks, nil // Flush waits for an acknowledgement per message
 		}
-	}
-	c, err := k.conn(n)
+		batch = append(batch, req...)
+		return nil, nil
+	}))
 	if err != nil {
 		return err
 	}
@@ -192,7 +175,87 @@ func (k *netlinkKernel) apply(ctx context.Context, tx *Transaction) error {
 			return fmt.Errorf("operation %d: %w", i, err)
 		}
 	}
-	return c.Flush()
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("marshal: %w", err)
+	}
+	return k.send(batch)
+}
+
+// send sends a batch (begin, messages, end) in one sendmsg and waits for
+// its outcome. google/nftables asks for an acknowledgement of every
+// message and for an echo of every rule: at 10k services that is 300k
+// replies to receive, and rule echoes the kernel has to build, which
+// took most of a full sync. Like nft, send asks for the acknowledgement
+// of the last message only. The kernel processes a batch within the
+// sendmsg and reports every failed message; any error means the batch
+// was aborted as a whole.
+func (k *netlinkKernel) send(batch []netlink.Message) error {
+	if len(batch) < 3 {
+		return nil // begin and end only
+	}
+	for i := range batch {
+		h := &batch[i].Header
+		h.Flags &^= netlink.Acknowledge | netlink.Echo
+		h.Length, h.Sequence, h.PID = 0, 0, 0
+	}
+	batch[len(batch)-2].Header.Flags |= netlink.Acknowledge
+
+	size := 0
+	for i := range batch {
+		size += 16 + len(batch[i].Data)
+	}
+	cfg := &netlink.Config{}
+	if k.ns != nil {
+		cfg.NetNS = int(k.ns.Fd())
+	}
+	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := setBuffers(conn, size+1<<20); err != nil {
+		return err
+	}
+	sent, err := conn.SendMessages(batch)
+	if err != nil {
+		return fmt.Errorf("send batch of %d messages: %w", len(batch), err)
+	}
+	last := sent[len(sent)-2].Header.Sequence
+	if err := conn.SetReadDeadline(time.Now().Add(time.Minute)); err != nil {
+		return err
+	}
+	for {
+		msgs, err := conn.Receive()
+		if err != nil {
+			return err // a failed message: the kernel aborted the batch
+		}
+		for _, m := range msgs {
+			if m.Header.Type == netlink.Error && m.Header.Sequence == last {
+				return nil
+			}
+		}
+	}
+}
+
+// setBuffers sizes both socket buffers of conn to size bytes, forcing
+// past rmem_max and wmem_max (CAP_NET_ADMIN allows it) as nft does.
+func setBuffers(conn *netlink.Conn, size int) error {
+	size = min(max(size, 1<<20), 1<<30)
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = raw.Control(func(fd uintptr) {
+		for _, o := range []struct{ force, plain int }{{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}, {unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}} {
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o.force, size) != nil {
+				if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o.plain, size); e != nil && serr == nil {
+					serr = e
+				}
+			}
+		}
+	})
+	return errors.Join(err, serr)
 }
 
 // elementsPerMessage bounds the elements of one netlink message: their
@@ -297,6 +360,7 @@ var datatypes = map[KeyType]nft.SetDatatype{
 	KeyIPv6Addr:    nft.TypeIP6Addr,
 	KeyInetProto:   nft.TypeInetProto,
 	KeyInetService: nft.TypeInetService,
+	KeyBucket:      nft.TypeMark,
 }
 
 // namedSet describes s for google/nftables, without an ID.
@@ -333,6 +397,8 @@ func (cp *compiler) key(kt []KeyType, k ElemKey) []byte {
 			b = append(b, k.Proto)
 		case KeyInetService:
 			b = binary.BigEndian.AppendUint16(b, k.Port)
+		case KeyBucket:
+			b = append(b, ne32(k.Bucket)...)
 		}
 		if len(kt) > 1 {
 			for len(b)%4 != 0 {
@@ -452,6 +518,10 @@ func (cp *compiler) rule(r *Rule) ([]expr.Any, error) {
 				case KeyTHDPort:
 					out = append(out, &expr.Payload{OperationType: expr.PayloadLoad, DestRegister: regAt(words),
 						Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
+					words++
+				case KeyNumgen:
+					// Host byte order, as the map's "mark" keys.
+					out = append(out, &expr.Numgen{Register: regAt(words), Modulus: e.Mod, Type: unix.NFT_NG_RANDOM})
 					words++
 				}
 			}

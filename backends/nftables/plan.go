@@ -64,8 +64,9 @@ func (p *planner) plan(s *backends.State) *Ruleset {
 	p.wide = wide
 	p.cache = make(map[string]*cached, len(s.Services))
 
-	rs := &Ruleset{Family: p.cfg.family, Table: p.cfg.table, Global: p.global(s)}
+	rs := &Ruleset{Family: p.cfg.family, Table: p.cfg.table}
 	rs.Services = make([]*Fragment, 0, len(s.Services))
+	classes := map[bucketClass]bool{}
 	for i := range s.Services {
 		svc := &s.Services[i]
 		c, ok := old[svc.Key]
@@ -74,7 +75,11 @@ func (p *planner) plan(s *backends.State) *Ruleset {
 		}
 		p.cache[svc.Key] = c
 		rs.Services = append(rs.Services, c.frag)
+		for _, bc := range c.frag.classes {
+			classes[bc] = true
+		}
 	}
+	rs.Global = p.global(s, classes)
 	rs.index()
 	return rs
 }
@@ -123,8 +128,9 @@ var dispatchKey = []KeyField{KeyDAddr, KeyL4Proto, KeyTHDPort}
 // nodePortKey is the key of service-nodeports and no-endpoint-nodeports.
 var nodePortKey = []KeyField{KeyL4Proto, KeyTHDPort}
 
-// global plans the table-wide objects.
-func (p *planner) global(s *backends.State) *Fragment {
+// global plans the table-wide objects, with the bucket chains and maps of
+// the classes the service ports use.
+func (p *planner) global(s *backends.State, classes map[bucketClass]bool) *Fragment {
 	fam := p.cfg.family
 	f := &Fragment{}
 	chains := map[string]*Chain{}
@@ -212,17 +218,45 @@ func (p *planner) global(s *backends.State) *Fragment {
 		noEndpointNodePortMatch = nodePortMatch
 	}
 
-	chains[serviceEndpointsCheckChain].Rules = []Rule{{Exprs: []Expr{VMap{fam, dispatchKey, noEndpointServicesMap}}}}
+	chains[serviceEndpointsCheckChain].Rules = []Rule{{Exprs: []Expr{VMap{Family: fam, Key: dispatchKey, Map: noEndpointServicesMap}}}}
 	chains[nodePortEndpointsCheckChain].Rules = []Rule{{
-		Exprs: append(slices.Clone(noEndpointNodePortMatch), VMap{fam, nodePortKey, noEndpointNodePortsMap}),
+		Exprs: append(slices.Clone(noEndpointNodePortMatch), VMap{Family: fam, Key: nodePortKey, Map: noEndpointNodePortsMap}),
 	}}
-	chains[firewallCheckChain].Rules = []Rule{{Exprs: []Expr{VMap{fam, dispatchKey, firewallIPsMap}}}}
+	chains[firewallCheckChain].Rules = []Rule{{Exprs: []Expr{VMap{Family: fam, Key: dispatchKey, Map: firewallIPsMap}}}}
 	chains[servicesChain].Rules = []Rule{
-		{Exprs: []Expr{VMap{fam, dispatchKey, serviceIPsMap}}},
-		{Exprs: append(slices.Clone(nodePortMatch), VMap{fam, nodePortKey, serviceNodePortsMap})},
+		{Exprs: []Expr{VMap{Family: fam, Key: dispatchKey, Map: serviceIPsMap}}},
+		{Exprs: append(slices.Clone(nodePortMatch), VMap{Family: fam, Key: nodePortKey, Map: serviceNodePortsMap})},
+	}
+
+	// Bucket chains: the address rule first, as in services, so that a
+	// packet whose address and port are both a service entry and a
+	// NodePort finds the service the services chain chose.
+	sorted := make([]bucketClass, 0, len(classes))
+	for bc := range classes {
+		sorted = append(sorted, bc)
+	}
+	slices.SortFunc(sorted, bucketClass.compare)
+	for _, bc := range sorted {
+		name := bc.name()
+		c := chain(name, nil)
+		c.Rules = []Rule{
+			{Exprs: []Expr{VMap{Family: fam, Key: bucketKey, Mod: bc.w, Map: name}}},
+			{Exprs: []Expr{VMap{Family: fam, Key: nodePortBucketKey, Mod: bc.w, Map: name + bucketNodePorts}}},
+		}
+		f.Sets = append(f.Sets,
+			&Set{Name: name, Key: []KeyType{addr, KeyInetProto, KeyInetService, KeyBucket}, Map: true,
+				Comment: "service address . protocol . port . bucket : endpoint"},
+			&Set{Name: name + bucketNodePorts, Key: []KeyType{KeyInetProto, KeyInetService, KeyBucket}, Map: true,
+				Comment: "NodePort protocol . port . bucket : endpoint"})
 	}
 	return f
 }
+
+// bucketKey and nodePortBucketKey are the keys of the bucket maps.
+var (
+	bucketKey         = []KeyField{KeyDAddr, KeyL4Proto, KeyTHDPort, KeyNumgen}
+	nodePortBucketKey = []KeyField{KeyL4Proto, KeyTHDPort, KeyNumgen}
+)
 
 // service plans one service port, following upstream's syncProxyRules.
 func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
@@ -335,7 +369,25 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 	}
 	affinity := svc.AffinityTimeout > 0
 
-	policyChain := func(name string, list []backends.Endpoint) {
+	// The service entries that lead to each policy chain, for the
+	// bucket maps: the ClusterIP to the internal one; external IPs, VIPs
+	// and the NodePort through the external chain to the external
+	// policy's, and with eTP=Local to the Cluster one (short-circuit).
+	type entries struct{ clusterIP, external bool }
+	reach := map[string]*entries{names.cluster: {}, names.local: {}}
+	if hasInternal {
+		reach[internalChain].clusterIP = true
+	}
+	if usesExternal {
+		if hasExternal {
+			reach[externalPolicyChain].external = true
+		}
+		if svc.ExternalPolicyLocal && usesCluster {
+			reach[names.cluster].external = true
+		}
+	}
+
+	policyChain := func(name string, local bool, list []backends.Endpoint) {
 		c := &Chain{Name: name}
 		if name == internalChain {
 			c.Rules = append(c.Rules, masq...)
@@ -346,16 +398,48 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 				c.Rules = append(c.Rules, Rule{Exprs: []Expr{SetMatch{fam, SAddr, info.affinity}, Verdict{Goto, info.chain}}})
 			}
 		}
-		c.Rules = append(c.Rules, Rule{Exprs: []Expr{numgen(list, func(i int) string {
+		ng := numgen(list, func(i int) string {
 			return eps[netip.AddrPortFrom(list[i].Addr, list[i].Port)].chain
-		})}})
+		})
+		switch {
+		case len(ng.Targets) == 1:
+			c.Rules = append(c.Rules, Rule{Exprs: []Expr{Verdict{Goto, ng.Targets[0].Chain}}})
+		case ng.Mod <= max(maxBuckets, uint32(len(list))):
+			bc := bucketClass{local: local, w: ng.Mod}
+			f.classes = append(f.classes, bc)
+			c.Rules = append(c.Rules, Rule{Exprs: []Expr{Verdict{Goto, bc.name()}}})
+			var addrs []netip.Addr
+			if reach[name].clusterIP {
+				addrs = append(addrs, svc.ClusterIP)
+			}
+			nodePort := uint16(0)
+			if reach[name].external {
+				addrs = append(addrs, svc.ExternalIPs...)
+				addrs = append(addrs, svc.LoadBalancerVIPs...)
+				nodePort = svc.NodePort
+			}
+			for _, t := range ng.Targets {
+				v := Verdict{Goto, t.Chain}
+				for b := t.Lo; b <= t.Hi; b++ {
+					for _, a := range sortedAddrs(addrs) {
+						elem(bc.name(), ElemKey{Addr: a, Proto: proto, Port: svc.Port, Bucket: b}, v)
+					}
+					if nodePort != 0 {
+						elem(bc.name()+bucketNodePorts, ElemKey{Proto: proto, Port: nodePort, Bucket: b}, v)
+					}
+				}
+			}
+		default:
+			// Weights too uneven for buckets: a map of intervals of its own.
+			c.Rules = append(c.Rules, Rule{Exprs: []Expr{ng}})
+		}
 		f.Chains = append(f.Chains, c)
 	}
 	if usesCluster {
-		policyChain(names.cluster, svc.Cluster)
+		policyChain(names.cluster, false, svc.Cluster)
 	}
 	if usesLocal {
-		policyChain(names.local, svc.Local)
+		policyChain(names.local, true, svc.Local)
 	}
 
 	if usesExternal {

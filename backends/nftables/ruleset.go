@@ -35,6 +35,8 @@ type Fragment struct {
 	Chains   []*Chain
 	Sets     []*Set
 	Elements []Element
+
+	classes []bucketClass // the bucket chains the fragment's policy chains go to
 }
 
 type elemID struct {

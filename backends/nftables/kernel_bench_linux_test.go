@@ -1,0 +1,152 @@
+//go:build linux
+
+package nftables
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/internal/netlab"
+)
+
+// The kernel benchmarks program a table in a throwaway network namespace
+// (root only; skipped otherwise and in -short mode). Each reports a ratio
+// against a baseline measured in the same run, so that the numbers
+// compare across machines and loads; none asserts a time:
+//
+//   - BenchmarkKernelFullSync/N: a first sync of N service ports × 10
+//     endpoints into an empty table. "per-svc-vs-1k" is the cost per
+//     service port against that of a 1k full sync measured just before:
+//     1 means linear, growing with N means super-linear.
+//   - BenchmarkKernelOneServiceChange: one service port's endpoints
+//     change at 10k; "ratio" is its cost against the full sync of the
+//     same 10k, measured first.
+//
+// "sys-frac" is the share of system (kernel) time in the measured syncs.
+//
+//	go test -run '^$' -bench Kernel -benchtime 3x ./backends/nftables/
+
+// kernelBenchNS returns the path of a fresh network namespace, or skips.
+func kernelBenchNS(b testing.TB) string {
+	b.Helper()
+	if testing.Short() {
+		b.Skip("kernel benchmark: skipped in -short mode")
+	}
+	if err := netlab.Probe(); err != nil {
+		b.Skipf("kernel benchmark: %v", err)
+	}
+	lab, err := netlab.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := lab.Close(); err != nil {
+			b.Error(err)
+		}
+	})
+	ns, err := lab.AddNS("bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := probeNFTables(ns.Path()); err != nil {
+		b.Skipf("kernel benchmark: nftables unavailable: %v", err)
+	}
+	return ns.Path()
+}
+
+// cpuTimes returns the process's user and system CPU time.
+func cpuTimes() (user, sys time.Duration) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0
+	}
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
+}
+
+// kernelFullSync programs s into an empty table of the namespace with a
+// new Backend and returns how long the Sync took; the table is deleted
+// afterwards, untimed.
+func kernelFullSync(b *testing.B, ns string, s *backends.State) time.Duration {
+	b.Helper()
+	be, err := New(Opts{Family: s.Family, NetNS: ns})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	start := time.Now()
+	if err := be.Sync(context.Background(), s); err != nil {
+		b.Fatal(err)
+	}
+	d := time.Since(start)
+	if err := be.Cleanup(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+func BenchmarkKernelFullSync(b *testing.B) {
+	for _, n := range []int{1000, 5000, 10000} {
+		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) {
+			ns := kernelBenchNS(b)
+			base := largeState(1000, benchEndpoints)
+			kernelFullSync(b, ns, base) // warm up
+			per1k := kernelFullSync(b, ns, base).Seconds() / 1000
+			s := largeState(n, benchEndpoints)
+			var total, sys time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				_, s0 := cpuTimes()
+				b.StartTimer()
+				total += kernelFullSync(b, ns, s)
+				b.StopTimer()
+				_, s1 := cpuTimes()
+				sys += s1 - s0
+				b.StartTimer()
+			}
+			b.ReportMetric(total.Seconds()/float64(b.N)/float64(n)/per1k, "per-svc-vs-1k")
+			b.ReportMetric(sys.Seconds()/total.Seconds(), "sys-frac")
+			b.ReportMetric(total.Seconds()/float64(b.N)*1000, "sync-ms")
+		})
+	}
+}
+
+func BenchmarkKernelOneServiceChange(b *testing.B) {
+	ns := kernelBenchNS(b)
+	s := largeState(benchServices, benchEndpoints)
+	be, err := New(Opts{Family: s.Family, NetNS: ns})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	ctx := context.Background()
+	start := time.Now()
+	if err := be.Sync(ctx, s); err != nil {
+		b.Fatal(err)
+	}
+	full := time.Since(start)
+	states := []*backends.State{changedCopy(s, benchServices/2), s}
+	n := 0
+	_, s0 := cpuTimes()
+	for b.Loop() {
+		if err := be.Sync(ctx, states[n%2]); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	_, s1 := cpuTimes()
+	if be.stats.rebuilds != 1 {
+		b.Fatalf("stats %+v", be.stats)
+	}
+	per := b.Elapsed() / time.Duration(b.N)
+	b.ReportMetric(float64(be.stats.lastOps), "ops/tx")
+	b.ReportMetric(float64(per)/float64(full), "ratio")
+	b.ReportMetric(float64(full.Milliseconds()), "full-ms")
+	b.ReportMetric((s1-s0).Seconds()/b.Elapsed().Seconds(), "sys-frac")
+	if err := be.Cleanup(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
