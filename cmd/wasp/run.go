@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
@@ -450,11 +451,15 @@ func newClient(c *runConfig) (kubernetes.Interface, *snapshot.Source, error) {
 		}
 		return src.Client(), src, nil
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags(c.master, c.kubeconfig)
-	if err != nil {
-		if c.master == "" && c.kubeconfig == "" {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if c.master == "" && c.kubeconfig == "" {
+		if cfg, err = rest.InClusterConfig(); err != nil {
 			return nil, nil, fmt.Errorf("no cluster: give --kubeconfig, --master or --source (in-cluster configuration: %w)", err)
 		}
+	} else if cfg, err = clientcmd.BuildConfigFromFlags(c.master, c.kubeconfig); err != nil {
 		return nil, nil, fmt.Errorf("--kubeconfig %q --master %q: %w", c.kubeconfig, c.master, err)
 	}
 	cfg.UserAgent = "wasp/" + version
