@@ -2,7 +2,7 @@
 #
 #   make demo      wasp programming nftables on a throwaway two-node lab (Linux, root or sudo)
 #   make explain   run wasp's module chain on the bundled sample cluster
-#   make test      everything CI runs: checks, module drift, all tests
+#   make test      everything CI runs: checks, module drift, unit, kernel and end-to-end tests
 #   make check     gofmt, go vet, staticcheck, cross-builds, go mod tidy
 #   make modules   rebuild the embedded default modules from their sources
 #   make bench     the hot-path benchmarks (see docs/performance.md)
@@ -30,14 +30,14 @@ explain: ## Run the module chain on the bundled sample cluster.
 build:
 	$(GO) build -o bin/wasp ./cmd/wasp
 
-test: check modules-check unit
+test: check modules-check unit e2e
 
 unit:
 	$(GO) test -count=1 ./...
 	cd test && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 e2e: ## The end-to-end tests against a real etcd and kube-apiserver (builds them once: minutes).
-	cd test && WASP_E2E=1 $(GO) test -count=1 -v -timeout 40m ./...
+	cd test && WASP_E2E=1 $(GO) test -count=1 -timeout 40m ./controlplane/ ./e2e/
 
 .PHONY: bench-e2e
 bench-e2e: ## wasp vs upstream kube-proxy, end to end (root; about an hour; WASP_PERF_SIZES=1000 for less).
