@@ -117,16 +117,3 @@ func (tx *Transaction) String() string {
 }
 
 func (tx *Transaction) add(o op) { tx.ops = append(tx.ops, o) }
-
-// count returns the number of operations of each kind, for tests.
-func (tx *Transaction) count() map[opKind]int {
-	m := map[opKind]int{}
-	for _, o := range tx.ops {
-		if o.kind == opAddElements || o.kind == opDeleteElements {
-			m[o.kind] += len(o.elems)
-			continue
-		}
-		m[o.kind]++
-	}
-	return m
-}
