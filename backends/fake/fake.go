@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 	"sync"
 
@@ -22,7 +21,7 @@ import (
 
 // ErrInvalidState is wrapped by the error Sync returns for a State that
 // breaks the backends contract.
-var ErrInvalidState = errors.New("invalid state")
+var ErrInvalidState = backends.ErrInvalidState
 
 // ErrClosed is returned by Sync and Cleanup after Close.
 var ErrClosed = errors.New("backend closed")
@@ -187,8 +186,4 @@ func familyName(f backends.Family) string {
 		return "ipv6"
 	}
 	return fmt.Sprintf("family(%d)", f)
-}
-
-func isFamily(f backends.Family, a netip.Addr) bool {
-	return (f == backends.IPv4 && a.Is4()) || (f == backends.IPv6 && a.Is6())
 }
