@@ -14,7 +14,7 @@ import (
 
 // ErrInvalidState is wrapped by the error Sync returns for a State the
 // Backend cannot program; the dataplane is left as it was.
-var ErrInvalidState = errors.New("invalid state")
+var ErrInvalidState = backends.ErrInvalidState
 
 // ErrClosed is returned by Sync and Cleanup after Close.
 var ErrClosed = errors.New("backend closed")

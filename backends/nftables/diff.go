@@ -109,21 +109,21 @@ func Diff(old, new *Ruleset) *Transaction {
 		}
 	}
 	if len(recreated) > 0 {
-		for id := range new.elems {
+		new.elems.each(func(id elemID, _ elemValue) {
 			if recreated[id.set] {
 				touched[id] = true
 			}
-		}
+		})
 	}
 	var delElems, addElems []Element
 	for id := range touched {
-		ov, oldHas := old.elems[id]
-		nv, newHas := new.elems[id]
-		if oldHas && !deleted[id.set] && (!newHas || ov.value != nv.value) {
-			delElems = append(delElems, Element{Set: id.set, Key: id.key, Value: ov.value})
+		ov, oldHas := old.elems.value(id)
+		nv, newHas := new.elems.value(id)
+		if oldHas && !deleted[id.set] && (!newHas || ov != nv) {
+			delElems = append(delElems, Element{Set: id.set, Key: id.key, Value: ov.verdict, To: ov.to})
 		}
-		if newHas && (!oldHas || deleted[id.set] || ov.value != nv.value) {
-			addElems = append(addElems, Element{Set: id.set, Key: id.key, Value: nv.value})
+		if newHas && (!oldHas || deleted[id.set] || ov != nv) {
+			addElems = append(addElems, Element{Set: id.set, Key: id.key, Value: nv.verdict, To: nv.to})
 		}
 	}
 
@@ -239,10 +239,10 @@ func rebuild(inv *inventory, rs *Ruleset) *Transaction {
 			tx.add(op{kind: opAddSet, set: s})
 		}
 	}
-	elems := make([]Element, 0, len(rs.elems))
-	for id, o := range rs.elems {
-		elems = append(elems, Element{Set: id.set, Key: id.key, Value: o.value})
-	}
+	elems := make([]Element, 0, rs.elems.len())
+	rs.elems.each(func(id elemID, v elemValue) {
+		elems = append(elems, Element{Set: id.set, Key: id.key, Value: v.verdict, To: v.to})
+	})
 	specs := make(map[string]*Set, len(sets))
 	for _, s := range sets {
 		specs[s.Name] = s

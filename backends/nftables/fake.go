@@ -59,7 +59,7 @@ type fakeChain struct {
 
 type fakeSet struct {
 	spec  Set
-	elems map[ElemKey]Verdict
+	elems map[ElemKey]elemValue
 	refs  int // rules that use it
 }
 
@@ -102,7 +102,7 @@ func (f *Fake) Dump() string {
 		for _, s := range t.sets {
 			v.sets = append(v.sets, &s.spec)
 			for k, val := range s.elems {
-				v.elems[s.spec.Name] = append(v.elems[s.spec.Name], Element{Set: s.spec.Name, Key: k, Value: val})
+				v.elems[s.spec.Name] = append(v.elems[s.spec.Name], Element{Set: s.spec.Name, Key: k, Value: val.verdict, To: val.to})
 			}
 		}
 		v.render(&b)
@@ -151,7 +151,7 @@ func (f *Fake) update(family backends.Family, table, set string, addr netip.Addr
 	if !ok || !s.spec.Dynamic {
 		return syscall.ENOENT
 	}
-	s.elems[ElemKey{Addr: addr}] = Verdict{}
+	s.elems[ElemKey{Addr: addr}] = elemValue{}
 	return nil
 }
 
@@ -241,7 +241,7 @@ func (a *fakeApply) op(o *op) error {
 			return fmt.Errorf("delete set %q: %d references: %w", o.name, s.refs, syscall.EBUSY)
 		}
 		for _, v := range s.elems {
-			a.unref(t, v)
+			a.unref(t, v.verdict)
 		}
 		delete(t.sets, o.name)
 		a.undo = append(a.undo, func() { t.sets[o.name] = s })
@@ -258,7 +258,7 @@ func (a *fakeApply) op(o *op) error {
 				return fmt.Errorf("set %q: element %s: %w", s.spec.Name, e.Key.string(s.spec.Key), syscall.ENOENT)
 			}
 			delete(s.elems, e.Key)
-			a.unref(t, v)
+			a.unref(t, v.verdict)
 			a.undo = append(a.undo, func() { s.elems[e.Key] = v })
 		}
 	default:
@@ -373,7 +373,7 @@ func checkRule(t *fakeTable, family backends.Family, r *Rule) error {
 			}
 		case SetMatch:
 			s := t.sets[e.Set]
-			if e.Family != family || s.spec.Map || !slices.Equal(s.spec.Key, []KeyType{addr}) {
+			if e.Family != family || s.spec.isMap() || !slices.Equal(s.spec.Key, []KeyType{addr}) {
 				return fmt.Errorf("lookup in @%s of type %s: %w", e.Set, s.spec.typeString(), syscall.EINVAL)
 			}
 		case SetUpdate:
@@ -383,22 +383,20 @@ func checkRule(t *fakeTable, family backends.Family, r *Rule) error {
 			}
 		case VMap:
 			s := t.sets[e.Map]
-			want := make([]KeyType, len(e.Key))
-			for i, k := range e.Key {
-				switch k {
-				case KeyDAddr:
-					want[i] = addr
-				case KeyL4Proto:
-					want[i] = KeyInetProto
-				case KeyTHDPort:
-					want[i] = KeyInetService
-				case KeyNumgen:
-					want[i] = KeyBucket
-				}
-			}
-			if e.Family != family || !s.spec.Map || !slices.Equal(s.spec.Key, want) ||
+			if e.Family != family || !s.spec.Map || !slices.Equal(s.spec.Key, keyTypes(addr, e.Key)) ||
 				(slices.Contains(e.Key, KeyNumgen) && e.Mod == 0) {
 				return fmt.Errorf("vmap lookup in @%s of type %s: %w", e.Map, s.spec.typeString(), syscall.EINVAL)
+			}
+		case DNATMap:
+			s := t.sets[e.Map]
+			if e.Family != family || !slices.Equal(s.spec.Data, []KeyType{addr, KeyInetService}) ||
+				!slices.Equal(s.spec.Key, keyTypes(addr, e.Key)) || (slices.Contains(e.Key, KeyNumgen) && e.Mod == 0) {
+				return fmt.Errorf("dnat map lookup in @%s of type %s: %w", e.Map, s.spec.typeString(), syscall.EINVAL)
+			}
+		case AddrPairMatch:
+			s := t.sets[e.Set]
+			if e.Family != family || s.spec.isMap() || !slices.Equal(s.spec.Key, []KeyType{addr, addr}) {
+				return fmt.Errorf("lookup in @%s of type %s: %w", e.Set, s.spec.typeString(), syscall.EINVAL)
 			}
 		case Numgen:
 			next := uint32(0)
@@ -439,7 +437,7 @@ func (a *fakeApply) addSet(t *fakeTable, s *Set) error {
 		}
 		return nil
 	}
-	t.sets[s.Name] = &fakeSet{spec: *s, elems: map[ElemKey]Verdict{}}
+	t.sets[s.Name] = &fakeSet{spec: *s, elems: map[ElemKey]elemValue{}}
 	a.undo = append(a.undo, func() { delete(t.sets, s.Name) })
 	return nil
 }
@@ -458,6 +456,10 @@ func (a *fakeApply) addElements(t *fakeTable, o *op) error {
 			return fmt.Errorf("set %q: element with a verdict: %w", s.spec.Name, syscall.EINVAL)
 		case s.spec.Map && e.Value.Kind == VerdictNone:
 			return fmt.Errorf("map %q: element without a verdict: %w", s.spec.Name, syscall.EINVAL)
+		case len(s.spec.Data) == 0 && e.To.IsValid():
+			return fmt.Errorf("set %q: element with data: %w", s.spec.Name, syscall.EINVAL)
+		case len(s.spec.Data) > 0 && (!e.To.IsValid() || e.To.Addr().Is4() != (a.id.family == backends.IPv4)):
+			return fmt.Errorf("map %q: element without an %s address and port: %w", s.spec.Name, familyName(a.id.family), syscall.EINVAL)
 		}
 		if e.Value.Kind == Jump || e.Value.Kind == Goto {
 			c, ok := t.chains[e.Value.Chain]
@@ -469,12 +471,12 @@ func (a *fakeApply) addElements(t *fakeTable, o *op) error {
 			}
 		}
 		if v, ok := s.elems[e.Key]; ok {
-			if v != e.Value {
+			if v != e.value() {
 				return fmt.Errorf("set %q: element %s exists: %w", s.spec.Name, e.Key.string(s.spec.Key), syscall.EEXIST)
 			}
 			continue
 		}
-		s.elems[e.Key] = e.Value
+		s.elems[e.Key] = e.value()
 		a.undo = append(a.undo, func() { delete(s.elems, e.Key) })
 		if e.Value.Kind == Jump || e.Value.Kind == Goto {
 			c := t.chains[e.Value.Chain]
@@ -485,17 +487,44 @@ func (a *fakeApply) addElements(t *fakeTable, o *op) error {
 	return nil
 }
 
+// keyTypes returns the key type of a lookup of the fields key.
+func keyTypes(addr KeyType, key []KeyField) []KeyType {
+	want := make([]KeyType, len(key))
+	for i, k := range key {
+		switch k {
+		case KeyDAddr:
+			want[i] = addr
+		case KeyL4Proto:
+			want[i] = KeyInetProto
+		case KeyTHDPort:
+			want[i] = KeyInetService
+		case KeyNumgen:
+			want[i] = KeyBucket
+		}
+	}
+	return want
+}
+
 // checkKey checks that k has the fields of the set's key type, and only
 // those.
 func checkKey(family backends.Family, s *Set, k ElemKey) error {
 	var want ElemKey
+	addrs := 0
 	for _, t := range s.Key {
 		switch t {
 		case KeyIPv4Addr, KeyIPv6Addr:
-			if !k.Addr.IsValid() || k.Addr.Is4() != (t == KeyIPv4Addr) {
+			a := k.Addr
+			if addrs++; addrs == 2 {
+				a = k.Addr2
+			}
+			if !a.IsValid() || a.Is4() != (t == KeyIPv4Addr) {
 				return fmt.Errorf("key %s: not %s: %w", k.string(s.Key), t, syscall.EINVAL)
 			}
-			want.Addr = k.Addr
+			if addrs == 2 {
+				want.Addr2 = a
+			} else {
+				want.Addr = a
+			}
 		case KeyInetProto:
 			want.Proto = k.Proto
 		case KeyInetService:
@@ -542,7 +571,7 @@ func (t *fakeTable) walk(name string, base *BaseChain, onPath, done map[string]b
 		for _, e := range r.Exprs {
 			var ok bool
 			switch e.(type) {
-			case DNAT:
+			case DNAT, DNATMap:
 				ok = base.Type == ChainNAT && (base.Hook == HookPrerouting || base.Hook == HookOutput)
 			case Masquerade:
 				ok = base.Type == ChainNAT && base.Hook == HookPostrouting
@@ -566,8 +595,8 @@ func (t *fakeTable) walk(name string, base *BaseChain, onPath, done map[string]b
 				return
 			}
 			for _, v := range s.elems {
-				if err == nil && (v.Kind == Jump || v.Kind == Goto) {
-					err = t.walk(v.Chain, base, onPath, done)
+				if err == nil && (v.verdict.Kind == Jump || v.verdict.Kind == Goto) {
+					err = t.walk(v.verdict.Chain, base, onPath, done)
 				}
 			}
 		})

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/wasp-proxy/wasp/backends"
@@ -179,29 +180,27 @@ func addrKey(f backends.Family) KeyType {
 	return KeyIPv4Addr
 }
 
-// Set is a named set or, with Map, a verdict map. A Timeout makes a set
-// whose elements expire; with Dynamic, rules may add to it (affinity).
+// Set is a named set or, with Map, a verdict map, or with Data a data map
+// (Data is then the address and inet_service of a DNAT target). A Timeout
+// makes a set whose elements expire; with Dynamic, rules may add to it
+// (affinity).
 type Set struct {
 	Name    string
 	Key     []KeyType
-	Map     bool   // a verdict map
-	Dynamic bool   // flags dynamic: updated from the packet path
-	Timeout uint32 // seconds; non-zero means flags timeout
+	Map     bool      // a verdict map
+	Data    []KeyType // a data map: the type of its values
+	Dynamic bool      // flags dynamic: updated from the packet path
+	Timeout uint32    // seconds; non-zero means flags timeout
 	Comment string
 }
 
 func (s *Set) equal(o *Set) bool {
-	if s.Name != o.Name || s.Map != o.Map || s.Dynamic != o.Dynamic || s.Timeout != o.Timeout ||
-		s.Comment != o.Comment || len(s.Key) != len(o.Key) {
-		return false
-	}
-	for i := range s.Key {
-		if s.Key[i] != o.Key[i] {
-			return false
-		}
-	}
-	return true
+	return s.Name == o.Name && s.Map == o.Map && s.Dynamic == o.Dynamic && s.Timeout == o.Timeout &&
+		s.Comment == o.Comment && slices.Equal(s.Key, o.Key) && slices.Equal(s.Data, o.Data)
 }
+
+// isMap reports whether s is a verdict or data map.
+func (s *Set) isMap() bool { return s.Map || len(s.Data) > 0 }
 
 // typeString is the set's "type" line: "ipv4_addr . inet_proto : verdict".
 func (s *Set) typeString() string {
@@ -213,13 +212,23 @@ func (s *Set) typeString() string {
 	if s.Map {
 		t += " : verdict"
 	}
+	for i, d := range s.Data {
+		if i == 0 {
+			t += " : "
+		} else {
+			t += " . "
+		}
+		t += d.String()
+	}
 	return t
 }
 
 // ElemKey is the key of a set or map element. Only the fields of the
-// set's key type are used; the others stay zero. It is comparable.
+// set's key type are used; the others stay zero. Addr2 is the second
+// address of a key of two. It is comparable.
 type ElemKey struct {
 	Addr   netip.Addr
+	Addr2  netip.Addr
 	Proto  uint8
 	Port   uint16
 	Bucket uint32
@@ -228,9 +237,14 @@ type ElemKey struct {
 // string prints k for a set of key type kt.
 func (k ElemKey) string(kt []KeyType) string {
 	parts := make([]string, 0, len(kt))
+	addrs := 0
 	for _, t := range kt {
 		switch t {
 		case KeyIPv4Addr, KeyIPv6Addr:
+			if addrs++; addrs == 2 {
+				parts = append(parts, k.Addr2.String())
+				continue
+			}
 			parts = append(parts, k.Addr.String())
 		case KeyInetProto:
 			parts = append(parts, protoName(k.Proto))
@@ -247,6 +261,9 @@ func (k ElemKey) compare(o ElemKey) int {
 	if c := k.Addr.Compare(o.Addr); c != 0 {
 		return c
 	}
+	if c := k.Addr2.Compare(o.Addr2); c != 0 {
+		return c
+	}
 	if k.Proto != o.Proto {
 		return int(k.Proto) - int(o.Proto)
 	}
@@ -256,12 +273,32 @@ func (k ElemKey) compare(o ElemKey) int {
 	return cmp.Compare(k.Bucket, o.Bucket)
 }
 
-// Element is an element of a named set, or of a verdict map when Value
-// is set.
+// Element is an element of a named set, of a verdict map when Value is
+// set, or of a data map when To is.
 type Element struct {
 	Set   string
 	Key   ElemKey
-	Value Verdict // zero for a set
+	Value Verdict        // zero for a set or data map
+	To    netip.AddrPort // a data map's value: a DNAT target
+}
+
+// elemValue is what an element maps its key to; comparable.
+type elemValue struct {
+	verdict Verdict
+	to      netip.AddrPort
+}
+
+func (e *Element) value() elemValue { return elemValue{e.Value, e.To} }
+
+// String prints v as the value of an element of s.
+func (v elemValue) string(s *Set) string {
+	switch {
+	case s.Map:
+		return v.verdict.String()
+	case len(s.Data) > 0:
+		return v.to.Addr().String() + " . " + itoa(uint64(v.to.Port()))
+	}
+	return ""
 }
 
 // IP protocol numbers of the Service protocols.
@@ -461,22 +498,61 @@ type VMap struct {
 }
 
 func (m VMap) String() string {
-	parts := make([]string, len(m.Key))
-	for i, k := range m.Key {
+	return keyString(m.Family, m.Key, m.Mod) + " vmap @" + m.Map
+}
+func (VMap) expr() {}
+
+// DNATMap DNATs to the address and port a concatenation of packet fields
+// maps to in a named data map: "dnat ip to ip daddr . meta l4proto . th
+// dport . numgen random mod 4 map @m". No element: no match.
+type DNATMap struct {
+	Family backends.Family
+	Key    []KeyField
+	Mod    uint32 // for KeyNumgen
+	Map    string
+}
+
+func (m DNATMap) String() string {
+	return fmt.Sprintf("dnat %s to %s map @%s", ipKeyword(m.Family), keyString(m.Family, m.Key, m.Mod), m.Map)
+}
+func (DNATMap) expr() {}
+
+func keyString(f backends.Family, key []KeyField, mod uint32) string {
+	parts := make([]string, len(key))
+	for i, k := range key {
 		switch k {
 		case KeyDAddr:
-			parts[i] = ipKeyword(m.Family) + " daddr"
+			parts[i] = ipKeyword(f) + " daddr"
 		case KeyL4Proto:
 			parts[i] = "meta l4proto"
 		case KeyTHDPort:
 			parts[i] = "th dport"
 		case KeyNumgen:
-			parts[i] = fmt.Sprintf("numgen random mod %d", m.Mod)
+			parts[i] = fmt.Sprintf("numgen random mod %d", mod)
 		}
 	}
-	return strings.Join(parts, " . ") + " vmap @" + m.Map
+	return strings.Join(parts, " . ")
 }
-func (VMap) expr() {}
+
+// AddrPairMatch matches source and destination address together against
+// a named set of address pairs: "ip saddr . ip daddr @hairpin-endpoints".
+type AddrPairMatch struct {
+	Family backends.Family
+	Set    string
+}
+
+func (m AddrPairMatch) String() string {
+	k := ipKeyword(m.Family)
+	return fmt.Sprintf("%s saddr . %s daddr @%s", k, k, m.Set)
+}
+func (AddrPairMatch) expr() {}
+
+// CtStatusDNAT matches connections whose destination was NATed:
+// "ct status dnat".
+type CtStatusDNAT struct{}
+
+func (CtStatusDNAT) String() string { return "ct status dnat" }
+func (CtStatusDNAT) expr()          {}
 
 // Numgen picks a chain at random: "numgen random mod 4 vmap { 0-2 : goto
 // A, 3 : goto B }". Targets cover 0..Mod-1 in order without gaps; a
@@ -596,6 +672,10 @@ func (r *Rule) refs(chains, sets func(string)) {
 			sets(e.Set)
 		case VMap:
 			sets(e.Map)
+		case DNATMap:
+			sets(e.Map)
+		case AddrPairMatch:
+			sets(e.Set)
 		case SetUpdate:
 			sets(e.Set)
 		}

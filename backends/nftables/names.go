@@ -67,26 +67,49 @@ const (
 )
 
 // Endpoint selection. A policy chain whose endpoints, weights reduced by
-// their gcd, add up to W buckets (W >= 2, within maxBuckets) ends with
-// "goto buckets-<kind>-<W>", kind "cluster" or "local" after the policy
-// chain's prefix. That chain, shared by every policy chain of its kind
-// and W, looks the packet's service entry and a random bucket up in two
-// maps of the same name, the second with "-nodeports" appended:
+// their gcd, add up to W buckets (W >= 1, within maxBuckets or the number
+// of endpoints), and whose Service has no affinity, ends with "goto
+// bucket-classes-<kind>" (kind "cluster" or "local", after its prefix).
+// That chain looks the service entry up in the map of the same name,
+// whose elements "addr . proto . port : goto
+// buckets-<kind>-<W>" send it to the bucket chain of its kind and W
+// (and in the same map with "-nodeports" appended, "proto . port : goto
+// …" for the NodePort). That chain, shared by every policy chain of its
+// kind and W, DNATs to the endpoint a random bucket of the entry maps to
+// in two data maps of the chain's name, the second with "-nodeports":
 //
-//	ip daddr . meta l4proto . th dport . numgen random mod W vmap @buckets-cluster-W
-//	meta l4proto . th dport . numgen random mod W vmap @buckets-cluster-W-nodeports
+//	dnat ip to ip daddr . meta l4proto . th dport . numgen random mod W map @buckets-cluster-W
+//	dnat ip to meta l4proto . th dport . numgen random mod W map @buckets-cluster-W-nodeports
 //
-// whose elements "addr . proto . port . bucket : goto endpoint-…" each
-// policy chain adds for the entries (ClusterIP, external IPs, LB VIPs,
-// NodePort) that lead to it.
+// whose elements are "addr . proto . port . bucket : endpoint-addr .
+// endpoint-port". The hairpin masquerade of those endpoints is one rule
+// of the masquerading chain, over the set hairpin-endpoints ("EP . EP").
+// So a change of endpoints, even of their number, changes elements only:
+// no rule, and the kernel skips the commit-time validation of the whole
+// chain graph that any new rule costs (see doc.go).
 const (
-	bucketChainPrefix = "buckets-"
-	bucketNodePorts   = "-nodeports"
+	bucketChainPrefix   = "buckets-"
+	bucketClassesPrefix = "bucket-classes-"
+	bucketNodePorts     = "-nodeports"
+	hairpinSet          = "hairpin-endpoints"
+	// presetBuckets: the bucket chains and maps of W = 1..presetBuckets
+	// always exist, of both kinds, so that a service port whose number
+	// of endpoints changes within that range adds no chain nor rule.
+	presetBuckets = 16
 	// maxBuckets bounds W for unequal weights: past it (and past the
 	// number of endpoints, which equal weights give), the policy chain
-	// keeps its own "numgen random mod W vmap { lo-hi : goto … }".
+	// keeps its own "numgen random mod W vmap { lo-hi : goto … }" over
+	// endpoint chains, as it does with affinity.
 	maxBuckets = 1024
 )
+
+// bucketClassesMap is the name of the bucket-classes map of a kind.
+func bucketClassesMap(local bool) string {
+	if local {
+		return bucketClassesPrefix + "local"
+	}
+	return bucketClassesPrefix + "cluster"
+}
 
 // bucketClass is the kind and size of a bucket chain.
 type bucketClass struct {

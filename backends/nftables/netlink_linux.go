@@ -113,7 +113,7 @@ func (k *netlinkKernel) load(ctx context.Context, family backends.Family, table 
 		if s.Anonymous {
 			continue // bound to a rule, goes with it
 		}
-		spec := &Set{Name: s.Name, Map: s.IsMap, Dynamic: s.Dynamic}
+		spec := &Set{Name: s.Name, Map: s.IsMap && s.DataType.Name == nft.TypeVerdict.Name, Dynamic: s.Dynamic}
 		if s.HasTimeout {
 			spec.Timeout = uint32(s.Timeout / time.Second)
 		}
@@ -334,8 +334,12 @@ func (cp *compiler) op(o *op) error {
 			vals := make([]nft.SetElement, n)
 			for i, e := range elems[:n] {
 				vals[i].Key = cp.key(o.set.Key, e.Key)
-				if o.kind == opAddElements && o.set.Map {
+				switch {
+				case o.kind != opAddElements:
+				case o.set.Map:
 					vals[i].VerdictData = verdict(e.Value)
+				case len(o.set.Data) > 0:
+					vals[i].Val = cp.key(o.set.Data, ElemKey{Addr: e.To.Addr(), Port: e.To.Port()})
 				}
 			}
 			var err error
@@ -366,18 +370,13 @@ var datatypes = map[KeyType]nft.SetDatatype{
 // namedSet describes s for google/nftables, without an ID.
 func (cp *compiler) namedSet(s *Set) *nft.Set {
 	out := &nft.Set{Table: cp.table, Name: s.Name, Comment: s.Comment, Dynamic: s.Dynamic}
-	if len(s.Key) == 1 {
-		out.KeyType = datatypes[s.Key[0]]
-	} else {
-		ts := make([]nft.SetDatatype, len(s.Key))
-		for i, k := range s.Key {
-			ts[i] = datatypes[k]
-		}
-		out.KeyType = nft.MustConcatSetType(ts...)
-		out.Concatenation = true
-	}
-	if s.Map {
+	out.KeyType = setDatatype(s.Key)
+	out.Concatenation = len(s.Key) > 1
+	switch {
+	case s.Map:
 		out.IsMap, out.DataType = true, nft.TypeVerdict
+	case len(s.Data) > 0:
+		out.IsMap, out.DataType = true, setDatatype(s.Data)
 	}
 	if s.Timeout > 0 {
 		out.HasTimeout, out.Timeout = true, time.Duration(s.Timeout)*time.Second
@@ -385,13 +384,29 @@ func (cp *compiler) namedSet(s *Set) *nft.Set {
 	return out
 }
 
-// key encodes an element key: each field in network byte order, padded to
-// the 4-byte registers a concatenation uses.
+func setDatatype(kt []KeyType) nft.SetDatatype {
+	if len(kt) == 1 {
+		return datatypes[kt[0]]
+	}
+	ts := make([]nft.SetDatatype, len(kt))
+	for i, k := range kt {
+		ts[i] = datatypes[k]
+	}
+	return nft.MustConcatSetType(ts...)
+}
+
+// key encodes an element key (or a data map's value): each field in
+// network byte order, padded to the 4-byte registers a concatenation uses.
 func (cp *compiler) key(kt []KeyType, k ElemKey) []byte {
 	var b []byte
+	addrs := 0
 	for _, t := range kt {
 		switch t {
 		case KeyIPv4Addr, KeyIPv6Addr:
+			if addrs++; addrs == 2 {
+				b = append(b, k.Addr2.AsSlice()...)
+				break
+			}
 			b = append(b, k.Addr.AsSlice()...)
 		case KeyInetProto:
 			b = append(b, k.Proto)
@@ -505,27 +520,28 @@ func (cp *compiler) rule(r *Rule) ([]expr.Any, error) {
 				&expr.Fib{Register: reg1, FlagSADDR: e.Field == SAddr, FlagDADDR: e.Field == DAddr, ResultADDRTYPE: true},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: ne32(unix.RTN_LOCAL)})
 		case VMap:
-			words := 0
-			for _, k := range e.Key {
-				switch k {
-				case KeyDAddr:
-					p := cp.addrPayload(DAddr, regAt(words))
-					out = append(out, p)
-					words += int(p.Len) / 4
-				case KeyL4Proto:
-					out = append(out, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regAt(words)})
-					words++
-				case KeyTHDPort:
-					out = append(out, &expr.Payload{OperationType: expr.PayloadLoad, DestRegister: regAt(words),
-						Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
-					words++
-				case KeyNumgen:
-					// Host byte order, as the map's "mark" keys.
-					out = append(out, &expr.Numgen{Register: regAt(words), Modulus: e.Mod, Type: unix.NFT_NG_RANDOM})
-					words++
-				}
-			}
+			out = append(out, cp.keyLoads(e.Key, e.Mod)...)
 			out = append(out, cp.lookup(e.Map, true))
+		case DNATMap:
+			// The map's value, "addr . port", lands in reg 1 onwards: the
+			// address in the first 4-byte registers, the port after it.
+			out = append(out, cp.keyLoads(e.Key, e.Mod)...)
+			l := cp.lookup(e.Map, false)
+			l.IsDestRegSet, l.DestRegister = true, reg1
+			fam, words := uint32(unix.NFPROTO_IPV4), 1
+			if cp.family == backends.IPv6 {
+				fam, words = unix.NFPROTO_IPV6, 4
+			}
+			out = append(out, l,
+				&expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg1, RegProtoMin: regAt(words), Specified: true})
+		case AddrPairMatch:
+			s := cp.addrPayload(SAddr, reg1)
+			out = append(out, s, cp.addrPayload(DAddr, regAt(int(s.Len)/4)), cp.lookup(e.Set, false))
+		case CtStatusDNAT:
+			out = append(out,
+				&expr.Ct{Register: reg1, Key: expr.CtKeySTATUS},
+				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: ne32(ipsDstNAT), Xor: ne32(0)},
+				&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: ne32(0)})
 		case Numgen:
 			s, err := cp.anonNumgenMap(e)
 			if err != nil {
@@ -581,6 +597,37 @@ func (cp *compiler) rule(r *Rule) ([]expr.Any, error) {
 		}
 	}
 	return out, nil
+}
+
+// ipsDstNAT is the conntrack status bit of a connection whose destination
+// was NATed (IPS_DST_NAT).
+const ipsDstNAT = 1 << 5
+
+// keyLoads loads the fields of a concatenated key into consecutive 4-byte
+// registers from reg 1.
+func (cp *compiler) keyLoads(key []KeyField, mod uint32) []expr.Any {
+	var out []expr.Any
+	words := 0
+	for _, k := range key {
+		switch k {
+		case KeyDAddr:
+			p := cp.addrPayload(DAddr, regAt(words))
+			out = append(out, p)
+			words += int(p.Len) / 4
+		case KeyL4Proto:
+			out = append(out, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regAt(words)})
+			words++
+		case KeyTHDPort:
+			out = append(out, &expr.Payload{OperationType: expr.PayloadLoad, DestRegister: regAt(words),
+				Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
+			words++
+		case KeyNumgen:
+			// Host byte order, as the map's "mark" keys.
+			out = append(out, &expr.Numgen{Register: regAt(words), Modulus: mod, Type: unix.NFT_NG_RANDOM})
+			words++
+		}
+	}
+	return out
 }
 
 // lookup looks reg 1 up in a named set, or map with dreg 0 (the verdict).

@@ -29,6 +29,7 @@ type planner struct {
 	cfg   config
 	wide  stateWide
 	cache map[string]*cached // by service key
+	last  *Ruleset           // the last plan, whose element index the next one starts from
 }
 
 type cached struct {
@@ -80,7 +81,12 @@ func (p *planner) plan(s *backends.State) *Ruleset {
 		}
 	}
 	rs.Global = p.global(s, classes)
-	rs.index()
+	if p.last != nil && p.last.Family == rs.Family && p.last.Table == rs.Table {
+		rs.indexFrom(p.last)
+	} else {
+		rs.index()
+	}
+	p.last = rs
 	return rs
 }
 
@@ -159,6 +165,7 @@ func (p *planner) global(s *backends.State, classes map[bucketClass]bool) *Fragm
 
 	chains[markMasqChain].Rules = []Rule{{Exprs: []Expr{MarkOr{p.cfg.mark}}}}
 	chains[masqueradingChain].Rules = []Rule{
+		{Exprs: []Expr{CtStatusDNAT{}, AddrPairMatch{fam, hairpinSet}, Verdict{Jump, markMasqChain}}},
 		{Exprs: []Expr{MarkClear{p.cfg.mark}, Verdict{Kind: Return}}},
 		{Exprs: []Expr{MarkXor{p.cfg.mark}}},
 		{Exprs: []Expr{Masquerade{FullyRandom: true}}},
@@ -177,6 +184,22 @@ func (p *planner) global(s *backends.State, classes map[bucketClass]bool) *Fragm
 			Comment: "vmap to drop or reject packets to service nodeports with no endpoints"},
 		{Name: firewallIPsMap, Key: []KeyType{addr, KeyInetProto, KeyInetService}, Map: true,
 			Comment: "destinations that are subject to LoadBalancerSourceRanges"},
+		{Name: hairpinSet, Key: []KeyType{addr, addr}, Comment: "endpoint . endpoint: a pod reaching itself through a service"},
+	}
+	for _, local := range []bool{false, true} {
+		name := bucketClassesMap(local)
+		chain(name, nil).Rules = []Rule{
+			{Exprs: []Expr{VMap{Family: fam, Key: dispatchKey, Map: name}}},
+			{Exprs: []Expr{VMap{Family: fam, Key: nodePortKey, Map: name + bucketNodePorts}}},
+		}
+		for w := uint32(1); w <= presetBuckets; w++ {
+			classes[bucketClass{local: local, w: w}] = true
+		}
+		f.Sets = append(f.Sets,
+			&Set{Name: name, Key: []KeyType{addr, KeyInetProto, KeyInetService}, Map: true,
+				Comment: "service address . protocol . port : bucket chain"},
+			&Set{Name: name + bucketNodePorts, Key: []KeyType{KeyInetProto, KeyInetService}, Map: true,
+				Comment: "NodePort protocol . port : bucket chain"})
 	}
 
 	chains[clusterIPsCheckChain].Rules = []Rule{{
@@ -236,17 +259,18 @@ func (p *planner) global(s *backends.State, classes map[bucketClass]bool) *Fragm
 		sorted = append(sorted, bc)
 	}
 	slices.SortFunc(sorted, bucketClass.compare)
+	target := []KeyType{addr, KeyInetService}
 	for _, bc := range sorted {
 		name := bc.name()
 		c := chain(name, nil)
 		c.Rules = []Rule{
-			{Exprs: []Expr{VMap{Family: fam, Key: bucketKey, Mod: bc.w, Map: name}}},
-			{Exprs: []Expr{VMap{Family: fam, Key: nodePortBucketKey, Mod: bc.w, Map: name + bucketNodePorts}}},
+			{Exprs: []Expr{DNATMap{Family: fam, Key: bucketKey, Mod: bc.w, Map: name}}},
+			{Exprs: []Expr{DNATMap{Family: fam, Key: nodePortBucketKey, Mod: bc.w, Map: name + bucketNodePorts}}},
 		}
 		f.Sets = append(f.Sets,
-			&Set{Name: name, Key: []KeyType{addr, KeyInetProto, KeyInetService, KeyBucket}, Map: true,
+			&Set{Name: name, Key: []KeyType{addr, KeyInetProto, KeyInetService, KeyBucket}, Data: target,
 				Comment: "service address . protocol . port . bucket : endpoint"},
-			&Set{Name: name + bucketNodePorts, Key: []KeyType{KeyInetProto, KeyInetService, KeyBucket}, Map: true,
+			&Set{Name: name + bucketNodePorts, Key: []KeyType{KeyInetProto, KeyInetService, KeyBucket}, Data: target,
 				Comment: "NodePort protocol . port . bucket : endpoint"})
 	}
 	return f
@@ -343,15 +367,45 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 		}
 	}
 
-	// Endpoint chains for every endpoint either policy chain uses.
+	affinity := svc.AffinityTimeout > 0
+
+	// Each policy chain picks an endpoint either through data maps (DNAT
+	// from a bucket map, no per-endpoint chain: an endpoint change only
+	// changes elements) or, with affinity or weights too uneven for
+	// buckets, through endpoint chains.
+	type policy struct {
+		name     string
+		local    bool
+		list     []backends.Endpoint
+		ng       Numgen
+		bucketed bool
+	}
+	var policies []*policy
+	newPolicy := func(name string, local bool, list []backends.Endpoint) {
+		ng := numgen(list, func(int) string { return "" })
+		policies = append(policies, &policy{name: name, local: local, list: list, ng: ng,
+			bucketed: !affinity && ng.Mod <= max(maxBuckets, uint32(len(list)))})
+	}
+	if usesCluster {
+		newPolicy(names.cluster, false, svc.Cluster)
+	}
+	if usesLocal {
+		newPolicy(names.local, true, svc.Local)
+	}
+
+	// Endpoint chains for every endpoint a policy chain without buckets
+	// uses.
 	type epInfo struct {
 		chain, affinity string
 	}
 	eps := map[netip.AddrPort]epInfo{}
 	var epOrder []*backends.Endpoint
-	note := func(list []backends.Endpoint) {
-		for i := range list {
-			ep := &list[i]
+	for _, pc := range policies {
+		if pc.bucketed {
+			continue
+		}
+		for i := range pc.list {
+			ep := &pc.list[i]
 			ap := netip.AddrPortFrom(ep.Addr, ep.Port)
 			if _, ok := eps[ap]; ok {
 				continue
@@ -361,13 +415,6 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 			epOrder = append(epOrder, ep)
 		}
 	}
-	if usesCluster {
-		note(svc.Cluster)
-	}
-	if usesLocal {
-		note(svc.Local)
-	}
-	affinity := svc.AffinityTimeout > 0
 
 	// The service entries that lead to each policy chain, for the
 	// bucket maps: the ClusterIP to the internal one; external IPs, VIPs
@@ -387,59 +434,72 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 		}
 	}
 
-	policyChain := func(name string, local bool, list []backends.Endpoint) {
-		c := &Chain{Name: name}
-		if name == internalChain {
+	for _, pc := range policies {
+		c := &Chain{Name: pc.name}
+		if pc.name == internalChain {
 			c.Rules = append(c.Rules, masq...)
 		}
-		if affinity {
-			for i := range list {
-				info := eps[netip.AddrPortFrom(list[i].Addr, list[i].Port)]
-				c.Rules = append(c.Rules, Rule{Exprs: []Expr{SetMatch{fam, SAddr, info.affinity}, Verdict{Goto, info.chain}}})
-			}
-		}
-		ng := numgen(list, func(i int) string {
-			return eps[netip.AddrPortFrom(list[i].Addr, list[i].Port)].chain
-		})
-		switch {
-		case len(ng.Targets) == 1:
-			c.Rules = append(c.Rules, Rule{Exprs: []Expr{Verdict{Goto, ng.Targets[0].Chain}}})
-		case ng.Mod <= max(maxBuckets, uint32(len(list))):
-			bc := bucketClass{local: local, w: ng.Mod}
-			f.classes = append(f.classes, bc)
-			c.Rules = append(c.Rules, Rule{Exprs: []Expr{Verdict{Goto, bc.name()}}})
-			var addrs []netip.Addr
-			if reach[name].clusterIP {
-				addrs = append(addrs, svc.ClusterIP)
-			}
-			nodePort := uint16(0)
-			if reach[name].external {
-				addrs = append(addrs, svc.ExternalIPs...)
-				addrs = append(addrs, svc.LoadBalancerVIPs...)
-				nodePort = svc.NodePort
-			}
-			for _, t := range ng.Targets {
-				v := Verdict{Goto, t.Chain}
-				for b := t.Lo; b <= t.Hi; b++ {
-					for _, a := range sortedAddrs(addrs) {
-						elem(bc.name(), ElemKey{Addr: a, Proto: proto, Port: svc.Port, Bucket: b}, v)
-					}
-					if nodePort != 0 {
-						elem(bc.name()+bucketNodePorts, ElemKey{Proto: proto, Port: nodePort, Bucket: b}, v)
-					}
+		if !pc.bucketed {
+			if affinity {
+				for i := range pc.list {
+					info := eps[netip.AddrPortFrom(pc.list[i].Addr, pc.list[i].Port)]
+					c.Rules = append(c.Rules, Rule{Exprs: []Expr{SetMatch{fam, SAddr, info.affinity}, Verdict{Goto, info.chain}}})
 				}
 			}
-		default:
-			// Weights too uneven for buckets: a map of intervals of its own.
-			c.Rules = append(c.Rules, Rule{Exprs: []Expr{ng}})
+			ng := pc.ng
+			for i := range ng.Targets {
+				ng.Targets[i].Chain = eps[netip.AddrPortFrom(pc.list[i].Addr, pc.list[i].Port)].chain
+			}
+			if len(ng.Targets) == 1 {
+				c.Rules = append(c.Rules, Rule{Exprs: []Expr{Verdict{Goto, ng.Targets[0].Chain}}})
+			} else {
+				c.Rules = append(c.Rules, Rule{Exprs: []Expr{ng}})
+			}
+			f.Chains = append(f.Chains, c)
+			continue
 		}
+		// The same rules for every bucketed policy chain of a kind: the
+		// service entry's bucket class comes from a map, looked up in a
+		// chain they share. (The kernel's commit-time validation walks
+		// a verdict map once per chain that looks it up.)
+		classes := bucketClassesMap(pc.local)
+		c.Rules = append(c.Rules, Rule{Exprs: []Expr{Verdict{Goto, classes}}})
 		f.Chains = append(f.Chains, c)
-	}
-	if usesCluster {
-		policyChain(names.cluster, false, svc.Cluster)
-	}
-	if usesLocal {
-		policyChain(names.local, true, svc.Local)
+
+		bc := bucketClass{local: pc.local, w: pc.ng.Mod}
+		f.classes = append(f.classes, bc)
+		toClass := Verdict{Goto, bc.name()}
+		var addrs []netip.Addr
+		if reach[pc.name].clusterIP {
+			addrs = append(addrs, svc.ClusterIP)
+		}
+		nodePort := uint16(0)
+		if reach[pc.name].external {
+			addrs = append(addrs, svc.ExternalIPs...)
+			addrs = append(addrs, svc.LoadBalancerVIPs...)
+			nodePort = svc.NodePort
+		}
+		addrs = sortedAddrs(addrs)
+		for _, a := range addrs {
+			elem(classes, dispatch(a), toClass)
+		}
+		if nodePort != 0 {
+			elem(classes+bucketNodePorts, ElemKey{Proto: proto, Port: nodePort}, toClass)
+		}
+		for i, t := range pc.ng.Targets {
+			ep := &pc.list[i]
+			to := netip.AddrPortFrom(ep.Addr, ep.Port)
+			// Hairpin: a pod reaching itself through the service.
+			f.Elements = append(f.Elements, Element{Set: hairpinSet, Key: ElemKey{Addr: ep.Addr, Addr2: ep.Addr}})
+			for b := t.Lo; b <= t.Hi; b++ {
+				for _, a := range addrs {
+					f.Elements = append(f.Elements, Element{Set: bc.name(), Key: ElemKey{Addr: a, Proto: proto, Port: svc.Port, Bucket: b}, To: to})
+				}
+				if nodePort != 0 {
+					f.Elements = append(f.Elements, Element{Set: bc.name() + bucketNodePorts, Key: ElemKey{Proto: proto, Port: nodePort, Bucket: b}, To: to})
+				}
+			}
+		}
 	}
 
 	if usesExternal {

@@ -25,7 +25,7 @@ type Ruleset struct {
 	// two Services share): the global fragment, then the first service
 	// port in Key order owns it, as with upstream's element storage where
 	// one element is programmed per key.
-	elems map[elemID]elemOwner
+	elems elemIndex
 }
 
 // Fragment is a group of objects planned together: the table-wide ones,
@@ -44,9 +44,104 @@ type elemID struct {
 	key ElemKey
 }
 
-type elemOwner struct {
-	value Verdict
+// claim is an element's value, from the first fragment in Key order that
+// claims its key (the global fragment's Key, "", sorts first), and the
+// other fragments that claim it, in order.
+type claim struct {
+	value elemValue
 	owner *Fragment
+	more  []claimant
+}
+
+type claimant struct {
+	f     *Fragment
+	value elemValue
+}
+
+// elemIndex maps element keys to their claims: a base map shared by the
+// Rulesets a planner makes one after another, never modified once
+// shared, and this Ruleset's changes to it (nil: deleted). A one-service
+// change then costs in proportion to that service's elements, not to
+// the table's.
+type elemIndex struct {
+	base map[elemID]*claim
+	over map[elemID]*claim
+}
+
+func (x *elemIndex) get(id elemID) (*claim, bool) {
+	if c, ok := x.over[id]; ok {
+		return c, c != nil
+	}
+	c, ok := x.base[id]
+	return c, ok
+}
+
+func (x *elemIndex) value(id elemID) (elemValue, bool) {
+	c, ok := x.get(id)
+	if !ok {
+		return elemValue{}, false
+	}
+	return c.value, true
+}
+
+// each calls fn for every element, in no order.
+func (x *elemIndex) each(fn func(elemID, elemValue)) {
+	for id, c := range x.over {
+		if c != nil {
+			fn(id, c.value)
+		}
+	}
+	for id, c := range x.base {
+		if _, ok := x.over[id]; !ok {
+			fn(id, c.value)
+		}
+	}
+}
+
+func (x *elemIndex) len() int { return len(x.base) + len(x.over) }
+
+// add records f's claim of e in the overlay.
+func (x *elemIndex) add(f *Fragment, e *Element) {
+	id := elemID{e.Set, e.Key}
+	v := e.value()
+	old, ok := x.get(id)
+	if !ok {
+		x.over[id] = &claim{value: v, owner: f}
+		return
+	}
+	if old.owner == f || slices.ContainsFunc(old.more, func(c claimant) bool { return c.f == f }) {
+		return
+	}
+	c := &claim{value: old.value, owner: old.owner, more: slices.Clone(old.more)}
+	if f.Key < c.owner.Key {
+		c.more = slices.Insert(c.more, 0, claimant{c.owner, c.value})
+		c.value, c.owner = v, f
+	} else {
+		i, _ := slices.BinarySearchFunc(c.more, f.Key, func(c claimant, k string) int { return cmp.Compare(c.f.Key, k) })
+		c.more = slices.Insert(c.more, i, claimant{f, v})
+	}
+	x.over[id] = c
+}
+
+// remove records that f no longer claims e, in the overlay.
+func (x *elemIndex) remove(f *Fragment, e *Element) {
+	id := elemID{e.Set, e.Key}
+	old, ok := x.get(id)
+	if !ok {
+		return
+	}
+	switch {
+	case old.owner == f && len(old.more) == 0:
+		x.over[id] = nil
+	case old.owner == f:
+		x.over[id] = &claim{value: old.more[0].value, owner: old.more[0].f, more: slices.Clone(old.more[1:])}
+	default:
+		i := slices.IndexFunc(old.more, func(c claimant) bool { return c.f == f })
+		if i < 0 {
+			return
+		}
+		x.over[id] = &claim{value: old.value, owner: old.owner, more: slices.Delete(slices.Clone(old.more), i, i+1)}
+	}
 }
 
 // index builds rs.elems from the fragments.
@@ -55,12 +150,17 @@ func (rs *Ruleset) index() {
 	for _, f := range rs.Services {
 		n += len(f.Elements)
 	}
-	rs.elems = make(map[elemID]elemOwner, n)
+	x := elemIndex{base: make(map[elemID]*claim, n)}
 	add := func(f *Fragment) {
-		for _, e := range f.Elements {
+		for i := range f.Elements {
+			e := &f.Elements[i]
 			id := elemID{e.Set, e.Key}
-			if _, taken := rs.elems[id]; !taken {
-				rs.elems[id] = elemOwner{e.Value, f}
+			c, taken := x.base[id]
+			switch {
+			case !taken:
+				x.base[id] = &claim{value: e.value(), owner: f}
+			case c.owner != f && !slices.ContainsFunc(c.more, func(c claimant) bool { return c.f == f }):
+				c.more = append(c.more, claimant{f, e.value()})
 			}
 		}
 	}
@@ -68,6 +168,62 @@ func (rs *Ruleset) index() {
 	for _, f := range rs.Services {
 		add(f)
 	}
+	rs.elems = x
+}
+
+// indexFrom builds rs.elems from prev's, whose fragments rs shares but
+// for the global one and those of the service ports that changed: it
+// updates the claims of the elements of the fragments that differ, in an
+// overlay of prev's base, and builds a new base when the overlay grows.
+func (rs *Ruleset) indexFrom(prev *Ruleset) {
+	x := elemIndex{base: prev.elems.base, over: make(map[elemID]*claim, len(prev.elems.over)+64)}
+	for id, c := range prev.elems.over {
+		x.over[id] = c
+	}
+	var gone, added []*Fragment
+	if prev.Global != rs.Global {
+		gone, added = append(gone, prev.Global), append(added, rs.Global)
+	}
+	i, j := 0, 0
+	for i < len(prev.Services) || j < len(rs.Services) {
+		switch {
+		case j == len(rs.Services) || (i < len(prev.Services) && prev.Services[i].Key < rs.Services[j].Key):
+			gone = append(gone, prev.Services[i])
+			i++
+		case i == len(prev.Services) || rs.Services[j].Key < prev.Services[i].Key:
+			added = append(added, rs.Services[j])
+			j++
+		default:
+			if prev.Services[i] != rs.Services[j] {
+				gone, added = append(gone, prev.Services[i]), append(added, rs.Services[j])
+			}
+			i++
+			j++
+		}
+	}
+	changed := 0
+	for _, f := range gone {
+		changed += len(f.Elements)
+	}
+	for _, f := range added {
+		changed += len(f.Elements)
+	}
+	// Past this, an overlay costs more than a new index.
+	if limit := 1024 + len(x.base)/64; changed+len(x.over) > limit {
+		rs.index()
+		return
+	}
+	for _, f := range gone {
+		for k := range f.Elements {
+			x.remove(f, &f.Elements[k])
+		}
+	}
+	for _, f := range added {
+		for k := range f.Elements {
+			x.add(f, &f.Elements[k])
+		}
+	}
+	rs.elems = x
 }
 
 // fragments returns the global fragment and then the service ports'.
@@ -82,9 +238,9 @@ func (rs *Ruleset) Dump() string {
 		v.chains = append(v.chains, f.Chains...)
 		v.sets = append(v.sets, f.Sets...)
 	}
-	for id, o := range rs.elems {
-		v.elems[id.set] = append(v.elems[id.set], Element{Set: id.set, Key: id.key, Value: o.value})
-	}
+	rs.elems.each(func(id elemID, val elemValue) {
+		v.elems[id.set] = append(v.elems[id.set], Element{Set: id.set, Key: id.key, Value: val.verdict, To: val.to})
+	})
 	var b strings.Builder
 	v.render(&b)
 	return b.String()
@@ -108,7 +264,7 @@ func (v *tableView) render(b *strings.Builder) {
 	slices.SortFunc(sets, func(a, b *Set) int { return cmp.Compare(a.Name, b.Name) })
 	for _, s := range sets {
 		kind := "set"
-		if s.Map {
+		if s.isMap() {
 			kind = "map"
 		}
 		fmt.Fprintf(b, "\t%s %s {\n\t\ttype %s\n", kind, s.Name, s.typeString())
@@ -136,9 +292,9 @@ func (v *tableView) render(b *strings.Builder) {
 				}
 				b.WriteString("\n\t\t\t")
 				b.WriteString(e.Key.string(s.Key))
-				if s.Map {
+				if s.isMap() {
 					b.WriteString(" : ")
-					b.WriteString(e.Value.String())
+					b.WriteString(e.value().string(s))
 				}
 			}
 			b.WriteString("\n\t\t}\n")

@@ -70,7 +70,7 @@ func (tx *Transaction) String() string {
 			fmt.Fprintf(&b, "add rule %s %s %s\n", t, o.name, o.rule)
 		case opAddSet:
 			kind := "set"
-			if o.set.Map {
+			if o.set.isMap() {
 				kind = "map"
 			}
 			fmt.Fprintf(&b, "add %s %s %s { type %s;", kind, t, o.set.Name, o.set.typeString())
@@ -91,7 +91,7 @@ func (tx *Transaction) String() string {
 			b.WriteString(" }\n")
 		case opDeleteSet:
 			kind := "set"
-			if o.set != nil && o.set.Map {
+			if o.set != nil && o.set.isMap() {
 				kind = "map"
 			}
 			fmt.Fprintf(&b, "delete %s %s %s\n", kind, t, o.name)
@@ -106,8 +106,8 @@ func (tx *Transaction) String() string {
 					b.WriteString(", ")
 				}
 				b.WriteString(e.Key.string(o.set.Key))
-				if o.set.Map && o.kind == opAddElements {
-					b.WriteString(" : " + e.Value.String())
+				if o.set.isMap() && o.kind == opAddElements {
+					b.WriteString(" : " + e.value().string(o.set))
 				}
 			}
 			b.WriteString(" }\n")
