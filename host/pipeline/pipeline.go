@@ -25,6 +25,14 @@ type Module interface {
 
 var _ Module = (*runtime.Module)(nil)
 
+// shrinker is a Module that can give back the memory a large batch left in
+// its instances; *runtime.Module is one.
+type shrinker interface {
+	Shrink(ctx context.Context) error
+}
+
+var _ shrinker = (*runtime.Module)(nil)
+
 // Source says where a port's final decision came from.
 type Source uint8
 
@@ -120,7 +128,40 @@ func New(opts Options) *Pipeline {
 func (p *Pipeline) Forget(key string) { delete(p.lastGood, key) }
 
 // Run evaluates ports for node and returns one Result per port, in order.
+//
+// A batch large enough to be split across instances (a full recompute)
+// leaves every instance's linear memory and every worker's buffers sized
+// for its share; such batches are rare, so afterwards Run gives that
+// memory back: the buffers are dropped and the modules shrink their pools
+// to one fresh instance each (runtime.Module.Shrink). The next large batch
+// pays a few instantiations, milliseconds against its seconds.
 func (p *Pipeline) Run(ctx context.Context, node abi.Node, ports []Port) []Result {
+	results, split := p.run(ctx, node, ports)
+	if split {
+		p.release(ctx)
+	}
+	return results
+}
+
+// release drops the workers' scratch buffers and shrinks the modules'
+// instance pools.
+func (p *Pipeline) release(ctx context.Context) {
+	clear(p.workers)
+	for _, stage := range abi.Stages {
+		m, ok := p.opts.Modules[stage].(shrinker)
+		if !ok {
+			continue
+		}
+		if err := m.Shrink(ctx); err != nil {
+			// The pool starts an instance on the next call instead.
+			klog.FromContext(ctx).V(2).Info("Starting a fresh module instance failed", "stage", stage.String(), "err", err)
+		}
+	}
+}
+
+// run is Run without the release; split reports whether a stage was split
+// across instances.
+func (p *Pipeline) run(ctx context.Context, node abi.Node, ports []Port) (_ []Result, split bool) {
 	n := len(ports)
 	results := make([]Result, n)
 	decisions := make([]abi.Decision, n)
@@ -141,7 +182,8 @@ func (p *Pipeline) Run(ctx context.Context, node abi.Node, ports []Port) []Resul
 		if len(live) == 0 {
 			break
 		}
-		errs := p.runStage(ctx, stage, node, sps, live, decisions)
+		errs, chunks := p.runStage(ctx, stage, node, sps, live, decisions)
+		split = split || chunks > 1
 		nfailed, first := 0, -1
 		for k, err := range errs {
 			if err == nil {
@@ -171,7 +213,7 @@ func (p *Pipeline) Run(ctx context.Context, node abi.Node, ports []Port) []Resul
 		results[i] = Result{Decision: decisions[i], Endpoints: ports[i].Endpoints, Source: SourceModules}
 		p.lastGood[ports[i].Key] = &results[i]
 	}
-	return results
+	return results, split
 }
 
 // fallback decides for a port whose stage failed.
@@ -190,15 +232,16 @@ func (p *Pipeline) fallback(node abi.Node, port Port, err error) Result {
 }
 
 // runStage runs stage for the ports sps[live[k]], updating decisions in
-// place, and returns a per-live-port error (nil on success).
-func (p *Pipeline) runStage(ctx context.Context, stage abi.Stage, node abi.Node, sps []abi.ServicePort, live []int, decisions []abi.Decision) []error {
+// place, and returns a per-live-port error (nil on success) and how many
+// calls it split the ports into (0: native).
+func (p *Pipeline) runStage(ctx context.Context, stage abi.Stage, node abi.Node, sps []abi.ServicePort, live []int, decisions []abi.Decision) ([]error, int) {
 	errs := make([]error, len(live))
 	mod := p.opts.Modules[stage]
 	if mod == nil {
 		for _, i := range live {
 			decisions[i] = native(stage, &node, &sps[i], decisions[i])
 		}
-		return errs
+		return errs, 0
 	}
 	chunks := max(1, min(mod.Instances(), len(live)/p.opts.MinChunk))
 	size := (len(live) + chunks - 1) / chunks
@@ -206,7 +249,7 @@ func (p *Pipeline) runStage(ctx context.Context, stage abi.Stage, node abi.Node,
 	if chunks == 1 {
 		// An incremental change: one short call on this goroutine.
 		p.call(ctx, &p.workers[0], mod, stage, node, sps, live, decisions, errs, deadline)
-		return errs
+		return errs, 1
 	}
 	var wg sync.WaitGroup
 	for c := range chunks {
@@ -221,7 +264,7 @@ func (p *Pipeline) runStage(ctx context.Context, stage abi.Stage, node abi.Node,
 		}(&p.workers[c%len(p.workers)])
 	}
 	wg.Wait()
-	return errs
+	return errs, chunks
 }
 
 // call runs one batch; when the whole call fails it bisects.
