@@ -3,6 +3,8 @@ package snapshot
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,7 +18,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -56,10 +57,10 @@ type Source struct {
 	watchers []*watch.RaceFreeFakeWatcher // the clientset's live watches
 
 	// Owned by New, then by Run's goroutine.
-	stamp      string         // the files' fingerprint when last read
-	failed     string         // the fingerprint whose read failed, logged once
-	objects    map[key]object // what the clientset holds
-	reads      int            // successful reads, for tests
+	stamp      string          // the files' fingerprint when last read
+	failed     string          // the fingerprint whose read failed, logged once
+	objects    map[key]applied // what the clientset holds
+	reads      int             // successful reads, for tests
 	lastChange Changes
 }
 
@@ -90,6 +91,28 @@ type object struct {
 	file string
 }
 
+// applied is what the Source remembers of an object it wrote: a digest of
+// its JSON form to tell whether the next read changed it, and its file for
+// errors. Not the object: the clientset's tracker and the informers
+// already hold two copies of every object, and at 10k Services a third
+// costs 30 MB.
+type applied struct {
+	sum  [sha256.Size]byte
+	file string
+}
+
+// digest returns the sha256 of o's JSON form. Kubernetes types encode
+// deterministically (struct fields in order, map keys sorted), and
+// quantities in canonical form, so equal objects have equal digests; an
+// object the encoder refuses gets a zero digest, which matches none.
+func digest(o runtime.Object) [sha256.Size]byte {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return [sha256.Size]byte{}
+	}
+	return sha256.Sum256(b)
+}
+
 // Changes count what one read applied to the clientset.
 type Changes struct {
 	Created, Updated, Deleted int
@@ -97,7 +120,11 @@ type Changes struct {
 
 // New reads the snapshot at opts.Path and returns a Source whose clientset
 // holds its objects.
-func New(opts Opts) (*Source, error) {
+func New(opts Opts) (*Source, error) { return newSource(opts, nil) }
+
+// newSource is New with a reactor that sees every action of the clientset
+// first (tests record the writes with it; the clientset forgets them).
+func newSource(opts Opts, observe k8stesting.ReactionFunc) (*Source, error) {
 	if opts.Path == "" {
 		return nil, errors.New("snapshot: path: required")
 	}
@@ -107,8 +134,11 @@ func New(opts Opts) (*Source, error) {
 	// NewSimpleClientset, not NewClientset: its tracker stores objects as
 	// given, without the field management that server-side apply needs
 	// and that costs 2 MB more of binary.
-	s := &Source{opts: opts, client: fake.NewSimpleClientset(), objects: map[key]object{}}
+	s := &Source{opts: opts, client: fake.NewSimpleClientset(), objects: map[key]applied{}}
 	s.client.PrependWatchReactor("*", s.watch)
+	if observe != nil {
+		s.client.PrependReactor("*", "*", observe)
+	}
 
 	stamp, err := fingerprint(opts.Path)
 	if err != nil {
@@ -315,13 +345,18 @@ func clean(o runtime.Object) {
 // Unchanged objects are not written, so the informers see no event for
 // them.
 func (s *Source) apply(ctx context.Context, want map[key]object) (Changes, error) {
+	// The fake clientset records a deep copy of every action it serves,
+	// for tests to inspect, and never forgets them: 40 MB after the first
+	// read of 10k Services, and as much again after every change.
+	defer s.client.ClearActions()
 	var c Changes
 	keys := slices.SortedFunc(maps.Keys(want), compareKeys)
 	for _, k := range keys {
 		w := want[k]
+		sum := digest(w.obj)
 		have, exists := s.objects[k]
-		if exists && equality.Semantic.DeepEqual(have.obj, w.obj) {
-			s.objects[k] = w // the file may have changed
+		if exists && have.sum == sum && sum != ([sha256.Size]byte{}) {
+			s.objects[k] = applied{sum, w.file} // the file may have changed
 			continue
 		}
 		if err := s.throttle(ctx); err != nil {
@@ -330,7 +365,7 @@ func (s *Source) apply(ctx context.Context, want map[key]object) (Changes, error
 		if err := s.write(ctx, w.obj, exists); err != nil {
 			return c, fmt.Errorf("%s: %v: %w", w.file, k, err)
 		}
-		s.objects[k] = w
+		s.objects[k] = applied{sum, w.file}
 		if exists {
 			c.Updated++
 		} else {

@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
@@ -118,17 +120,36 @@ func names(t *testing.T, s *Source) []string {
 
 // writes returns the create, update and delete actions s's clientset got
 // since the last call, as "verb resource name".
-func writes(s *Source) []string {
-	var out []string
-	for _, a := range s.client.Actions() {
-		switch a.GetVerb() {
-		case "create", "update":
-			out = append(out, a.GetVerb()+" "+a.GetResource().Resource+" "+nameOf(a.(k8stesting.CreateAction).GetObject()))
-		case "delete":
-			out = append(out, "delete "+a.GetResource().Resource+" "+a.(k8stesting.DeleteAction).GetName())
-		}
+// recorder records the writes a Source makes to its clientset.
+type recorder struct {
+	mu     sync.Mutex
+	writes []string
+}
+
+// react is a reactor that records create, update and delete actions and
+// leaves them to the next reactor.
+func (r *recorder) react(a k8stesting.Action) (bool, runtime.Object, error) {
+	var w string
+	switch a.GetVerb() {
+	case "create", "update":
+		w = a.GetVerb() + " " + a.GetResource().Resource + " " + nameOf(a.(k8stesting.CreateAction).GetObject())
+	case "delete":
+		w = "delete " + a.GetResource().Resource + " " + a.(k8stesting.DeleteAction).GetName()
+	default:
+		return false, nil, nil
 	}
-	s.client.ClearActions()
+	r.mu.Lock()
+	r.writes = append(r.writes, w)
+	r.mu.Unlock()
+	return false, nil, nil
+}
+
+// take returns the writes recorded since the last take.
+func (r *recorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.writes
+	r.writes = nil
 	return out
 }
 
@@ -238,11 +259,12 @@ func TestPoll(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "node.yaml", nodeYAML)
 	write(t, dir, "web.yaml", serviceYAML("web", "10.96.0.10", 80, "10.244.2.10"))
-	s, err := New(Opts{Path: dir, PollInterval: time.Hour})
+	var rec recorder
+	s, err := newSource(Opts{Path: dir, PollInterval: time.Hour}, rec.react)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := writes(s), []string{
+	if got, want := rec.take(), []string{
 		"create nodes node-a", "create services web", "create endpointslices web-abc",
 	}; !slices.Equal(got, want) {
 		t.Fatalf("New wrote %q, want %q", got, want)
@@ -272,7 +294,10 @@ func TestPoll(t *testing.T) {
 	for _, st := range steps {
 		st.edit()
 		s.poll(ctx)
-		if got := writes(s); !slices.Equal(got, st.want) {
+		if n := len(s.client.Actions()); n != 0 {
+			t.Errorf("%s: the clientset keeps %d actions; want none", st.name, n)
+		}
+		if got := rec.take(); !slices.Equal(got, st.want) {
 			t.Errorf("%s: wrote %q, want %q", st.name, got, st.want)
 		}
 		if s.reads != st.reads {
