@@ -57,14 +57,17 @@ func benchSlice(ns, name string, k, first int) *discoveryv1.EndpointSlice {
 	return es
 }
 
-// benchProxy returns a Proxy over listers holding benchServices Services,
-// without informers, and the slice indexer, to change endpoints.
-func benchProxy(b *testing.B) (*Proxy, cache.Indexer) {
+// benchProxy returns a Proxy over listers holding n Services, without
+// informers, and the slice indexer, to change endpoints. opts gives the
+// Pipeline and AfterFullSync; nil pipeline: the native stages.
+func benchProxy(b testing.TB, n int, opts Opts) (*Proxy, cache.Indexer) {
 	b.Helper()
-	p, err := New(Opts{
-		NodeName: "node-0", Client: fake.NewClientset(), Pipeline: pipeline.New(pipeline.Options{}),
-		Backends: map[backends.Family]backends.Backend{backends.IPv4: nopBackend{}},
-	})
+	if opts.Pipeline == nil {
+		opts.Pipeline = pipeline.New(pipeline.Options{})
+	}
+	opts.NodeName, opts.Client = "node-0", fake.NewClientset()
+	opts.Backends = map[backends.Family]backends.Backend{backends.IPv4: nopBackend{}}
+	p, err := New(opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -76,7 +79,7 @@ func benchProxy(b *testing.B) (*Proxy, cache.Indexer) {
 	if err := nodes.Add(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0", Labels: map[string]string{"topology.kubernetes.io/zone": "z0"}}}); err != nil {
 		b.Fatal(err)
 	}
-	for k := range benchServices {
+	for k := range n {
 		ns, name := fmt.Sprintf("ns-%d", k%10), fmt.Sprintf("svc-%d", k)
 		ip := fmt.Sprintf("10.96.%d.%d", k/256, k%256)
 		svc := service(name, ip, nil)
@@ -99,7 +102,7 @@ func benchProxy(b *testing.B) (*Proxy, cache.Indexer) {
 // full sync of the same 10k Services measured in the same run.
 func BenchmarkSync(b *testing.B) {
 	ctx := context.Background()
-	p, slices := benchProxy(b)
+	p, slices := benchProxy(b, benchServices, Opts{})
 	if err := p.sync(ctx); err != nil {
 		b.Fatal(err)
 	}

@@ -74,6 +74,11 @@ type Opts struct {
 	// ServiceHealth gets the health-check node ports and local endpoint
 	// counts after each successful sync. Optional.
 	ServiceHealth ServiceHealth
+	// AfterFullSync is called after every successful full sync, on the
+	// sync goroutine, before the next sync can start. A full sync is the
+	// peak of the proxy's memory use and rare; wasp run returns the freed
+	// heap to the operating system there. Optional.
+	AfterFullSync func()
 }
 
 // Stats count a Proxy's syncs, for metrics.

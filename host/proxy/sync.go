@@ -113,6 +113,9 @@ func (p *Proxy) sync(ctx context.Context) error {
 	}
 	elapsed := p.finish(start, full, evaluated, failed == nil, failures)
 	logger.V(2).Info("Sync done", "full", full, "evaluated", evaluated, "services", len(p.cache), "elapsed", elapsed)
+	if full && failed == nil && p.opts.AfterFullSync != nil {
+		p.opts.AfterFullSync()
+	}
 	return failed
 }
 
