@@ -103,6 +103,7 @@ type runFlags struct {
 	masqueradeAll                bool
 	minSyncPeriod                time.Duration
 	healthzBindAddress           string
+	profilingBindAddress         string
 	ipFamilies                   []string
 	modules                      []string
 	cacheDir                     string
@@ -123,6 +124,7 @@ func (f *runFlags) add(cmd *cobra.Command) {
 	fs.BoolVar(&f.masqueradeAll, "masquerade-all", false, "masquerade all traffic sent to ClusterIPs")
 	fs.DurationVar(&f.minSyncPeriod, "min-sync-period", proxy.DefaultMinSyncPeriod, "the least time between two syncs after a burst of 2")
 	fs.StringVar(&f.healthzBindAddress, "healthz-bind-address", healthcheck.DefaultBindAddress, `IP:port of the /healthz and /livez server ("": none)`)
+	fs.StringVar(&f.profilingBindAddress, "profiling-bind-address", "", `IP:port where Go's profiles are served under /debug/pprof/ ("": off; keep it on 127.0.0.1)`)
 	fs.StringSliceVar(&f.ipFamilies, "ip-families", nil, "the IP families to proxy: ipv4, ipv6 or both (default: those of the Node object's addresses)")
 	fs.StringArrayVar(&f.modules, "module", nil, "STAGE=SOURCE: run a module instead of the builtin one (repeatable); SOURCE is builtin:NAME, file:///PATH or a path")
 	fs.StringVar(&f.cacheDir, "cache-dir", defaultCacheDir(), `where compiled modules are cached across runs ("": no cache)`)
@@ -132,20 +134,21 @@ func (f *runFlags) add(cmd *cobra.Command) {
 
 // runConfig is runFlags checked and parsed.
 type runConfig struct {
-	kubeconfig, master string
-	source             string
-	sourcePoll         time.Duration
-	nodeName           string
-	clusterCIDRs       []netip.Prefix
-	nodePortPrimary    bool           // --nodeport-addresses primary
-	nodePortCIDRs      []netip.Prefix // otherwise
-	masqueradeAll      bool
-	minSyncPeriod      time.Duration
-	healthzBindAddress string            // "": none
-	families           []backends.Family // nil: from the Node
-	specs              []chain.Spec
-	cacheDir           string
-	cleanup            bool
+	kubeconfig, master   string
+	source               string
+	sourcePoll           time.Duration
+	nodeName             string
+	clusterCIDRs         []netip.Prefix
+	nodePortPrimary      bool           // --nodeport-addresses primary
+	nodePortCIDRs        []netip.Prefix // otherwise
+	masqueradeAll        bool
+	minSyncPeriod        time.Duration
+	healthzBindAddress   string            // "": none
+	profilingBindAddress string            // "": none
+	families             []backends.Family // nil: from the Node
+	specs                []chain.Spec
+	cacheDir             string
+	cleanup              bool
 }
 
 // config checks every flag and returns every problem, each naming its
@@ -154,7 +157,8 @@ func (f *runFlags) config(hostname func() (string, error)) (*runConfig, error) {
 	c := &runConfig{
 		kubeconfig: f.kubeconfig, master: f.master, source: f.source, sourcePoll: f.sourcePoll,
 		masqueradeAll: f.masqueradeAll, minSyncPeriod: f.minSyncPeriod,
-		healthzBindAddress: f.healthzBindAddress, cacheDir: f.cacheDir, cleanup: f.cleanup,
+		healthzBindAddress: f.healthzBindAddress, profilingBindAddress: f.profilingBindAddress,
+		cacheDir: f.cacheDir, cleanup: f.cleanup,
 	}
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -225,17 +229,21 @@ func (f *runFlags) config(hostname func() (string, error)) (*runConfig, error) {
 		bad("--min-sync-period %v: negative", f.minSyncPeriod)
 	}
 
-	if a := f.healthzBindAddress; a != "" {
+	for _, fa := range [...][2]string{{"--healthz-bind-address", f.healthzBindAddress}, {"--profiling-bind-address", f.profilingBindAddress}} {
+		flag, a := fa[0], fa[1]
+		if a == "" {
+			continue
+		}
 		host, port, err := net.SplitHostPort(a)
 		if err != nil {
-			bad("--healthz-bind-address %q: want IP:port", a)
-		} else {
-			if _, err := netip.ParseAddr(host); host != "" && err != nil {
-				bad("--healthz-bind-address %q: %q is not an IP address", a, host)
-			}
-			if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-				bad("--healthz-bind-address %q: port %q: want 0 to 65535", a, port)
-			}
+			bad("%s %q: want IP:port", flag, a)
+			continue
+		}
+		if _, err := netip.ParseAddr(host); host != "" && err != nil {
+			bad("%s %q: %q is not an IP address", flag, a, host)
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			bad("%s %q: port %q: want 0 to 65535", flag, a, port)
 		}
 	}
 
@@ -336,6 +344,13 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		}()
 	}
 
+	mem := setMemoryPolicy(os.Getenv, cgroupMemoryLimit)
+	logger.V(2).Info("Memory policy", "gcPercent", mem.gcPercent, "gcPercentFromGOGC", mem.gcFromEnv,
+		"memoryLimitMiB", mem.limit>>20, "memoryLimitFrom", mem.limitSource)
+	if c.profilingBindAddress != "" {
+		goRun(func() { serveProfiling(ctx, c.profilingBindAddress) })
+	}
+
 	client, src, err := newClient(c)
 	if err != nil {
 		return err
@@ -395,6 +410,7 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 			MasqueradeAll:     c.masqueradeAll,
 		},
 		MinSyncPeriod: c.minSyncPeriod,
+		AfterFullSync: func() { freeOSMemory(ctx) },
 	}
 	// The health tracker always runs: the Services' health check node
 	// ports need it even when /healthz is not served.
