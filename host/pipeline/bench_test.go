@@ -120,3 +120,24 @@ func TestGuestMemoryFlat(t *testing.T) {
 		}
 	}
 }
+
+// TestShrinkAfterSplit: a batch split across instances leaves each module
+// with its grown instances discarded; a small batch does not.
+func TestShrinkAfterSplit(t *testing.T) {
+	node, sps := referencetest.Batch(3, 2000, benchEndpoints)
+	ps := ports(sps)
+	p, mods := defaults(t, runtime.Config{}, runtime.Limits{Instances: 2})
+	p.Run(context.Background(), node, ps[:1])
+	for _, st := range abi.Stages {
+		if n := mods[st].Stats().Shrunk; n != 0 {
+			t.Errorf("%s: %d instances shrunk after a one-port batch; want 0", st, n)
+		}
+	}
+	p.Run(context.Background(), node, ps)
+	checkAgainstReference(t, node, sps, p.Run(context.Background(), node, ps))
+	for _, st := range abi.Stages {
+		if n := mods[st].Stats().Shrunk; n < 2 {
+			t.Errorf("%s: %d instances shrunk after two batches split in two; want 2 or more", st, n)
+		}
+	}
+}
