@@ -258,7 +258,8 @@ func (p *Proxy) start(ctx context.Context) (shutdown func(), ok bool) {
 	// the factory would use, do not: the Node one watches only this node,
 	// and ServiceCIDRs carry no proxy labels.
 	factory := informers.NewSharedInformerFactoryWithOptions(p.opts.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = model.LabelSelector }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = model.LabelSelector }),
+		informers.WithTransform(stripManagedFields))
 	nodeName := p.opts.NodeName
 	nodeInformer := factory.InformerFor(&v1.Node{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return coreinformers.NewFilteredNodeInformer(c, resync, cache.Indexers{}, func(o *metav1.ListOptions) {
@@ -359,4 +360,14 @@ func nodeEqual(a, b abi.Node) bool {
 // serviceOf names the Service of a port.
 func serviceOf(sp *model.ServicePort) types.NamespacedName {
 	return types.NamespacedName{Namespace: sp.Namespace, Name: sp.Name}
+}
+
+// stripManagedFields drops the server-side apply bookkeeping of objects
+// before the informers cache them: nothing in wasp reads it, and it is
+// often the largest part of an object in a real cluster.
+func stripManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/wasp-proxy/wasp/backends"
@@ -496,5 +497,24 @@ func TestServiceHealth(t *testing.T) {
 	waitFor(t, "the next sync", func() bool { return p.Stats().Syncs == 2 })
 	if ports, counts, _ := sh.last(); len(ports) != 0 || len(counts) != 0 {
 		t.Errorf("after the Service's removal, SyncServices got %v and SyncEndpoints %v; want none", ports, counts)
+	}
+}
+
+func TestStripManagedFields(t *testing.T) {
+	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo",
+		Annotations:   map[string]string{"wasp.dev/x": "kept"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}}}
+	got, err := stripManagedFields(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := got.(*v1.Service)
+	if out.ManagedFields != nil || out.Annotations["wasp.dev/x"] != "kept" || out.Name != "web" {
+		t.Errorf("stripManagedFields = %+v, want the object without managedFields only", out.ObjectMeta)
+	}
+	// Tombstones and other non-objects pass through.
+	tomb := cache.DeletedFinalStateUnknown{Key: "demo/web", Obj: svc}
+	if got, err := stripManagedFields(tomb); err != nil || got != tomb {
+		t.Errorf("stripManagedFields(tombstone) = %v, %v", got, err)
 	}
 }
