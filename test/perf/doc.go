@@ -16,7 +16,8 @@
 //   - one new Service, and one endpoint change: from the API call until the
 //     new Service, or the new endpoint's identity, answers through the
 //     ClusterIP, polled with a new connection every few milliseconds from
-//     inside the proxy's node namespace;
+//     inside the proxy's node namespace; before each, the proxy rests two
+//     minimum sync periods so that its rate limiter's burst is full;
 //   - VmRSS and VmHWM of the proxy process;
 //   - the dataplane: TCP connect and one request round trip from the client
 //     namespace through the ClusterIP, against the same straight to the pod.

@@ -240,8 +240,13 @@ func measure(ctx context.Context, t *testing.T, env *fw.Env, p *proxy, steady *v
 	r.fullReported = firstSync(t, proc, p.marker)
 	quiet(ctx, t, proc)
 
-	// One new Service, from the API call until it answers.
+	// One new Service, from the API call until it answers. Before each
+	// change the proxy rests two minimum sync periods, so its rate
+	// limiter's burst (2 syncs, one token per period, upstream's and
+	// wasp's alike) is full again: this measures one change reaching an
+	// idle proxy, not the limiter draining under back-to-back changes.
 	for i := range cfg.repeat {
+		time.Sleep(2 * cfg.minSync)
 		off := logSize(proc.LogPath)
 		start := time.Now()
 		svc := env.CreateService(ctx, t, fw.ServiceSpec{Name: fmt.Sprintf("%s-new-%d-%d", p.name, r.size, i), Namespace: probeNamespace})
@@ -260,6 +265,7 @@ func measure(ctx context.Context, t *testing.T, env *fw.Env, p *proxy, steady *v
 	// One endpoint change: the restart probe's endpoint moves to the other
 	// pod and back; done when the new pod answers.
 	for i := range cfg.repeat {
+		time.Sleep(2 * cfg.minSync)
 		to := p.pods[(i+1)%2]
 		off := logSize(proc.LogPath)
 		start := time.Now()
