@@ -4,6 +4,7 @@ package nftables
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"testing"
@@ -123,5 +124,41 @@ func TestKernelGoldenLoads(t *testing.T) {
 	}
 	if testing.Verbose() {
 		dumpTable(t, c.Nodes[0], "ip")
+	}
+}
+
+// TestKernelFailedTransaction: a transaction the kernel rejects part of
+// returns an error and leaves nothing of itself, also when it spans many
+// flushes of the netlink encoder.
+func TestKernelFailedTransaction(t *testing.T) {
+	ns := kernelBenchNS(t)
+	k, err := newNetlinkKernel(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.close()
+	ctx := context.Background()
+	tx := &Transaction{Family: backends.IPv4, Table: DefaultTable}
+	tx.add(op{kind: opAddTable})
+	for i := range 1000 {
+		tx.add(op{kind: opAddChain, chain: &Chain{Name: fmt.Sprintf("c%d", i)}})
+	}
+	tx.add(op{kind: opDeleteChain, name: "missing"})
+	if err := k.apply(ctx, tx); err == nil {
+		t.Fatal("a transaction deleting a missing chain succeeded")
+	}
+	inv, err := k.load(ctx, backends.IPv4, DefaultTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.exists {
+		t.Errorf("the failed transaction left a table with %d chains", len(inv.chains))
+	}
+	tx.ops = tx.ops[:len(tx.ops)-1]
+	if err := k.apply(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if inv, err = k.load(ctx, backends.IPv4, DefaultTable); err != nil || len(inv.chains) != 1000 {
+		t.Fatalf("got %v chains, %v; want 1000", len(inv.chains), err)
 	}
 }

@@ -150,15 +150,22 @@ func (k *netlinkKernel) apply(ctx context.Context, tx *Transaction) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	// google/nftables marshals the batch; it goes to a capturing
-	// connection and is sent by send, not by Conn.Flush.
-	var batch []netlink.Message
+	// google/nftables marshals the messages; they go to a capturing
+	// connection, which appends them to w in their wire format at every
+	// Conn.Flush, and send sends w as one batch. Flushing every few
+	// operations keeps one copy of the transaction in memory, the wire
+	// bytes, rather than google/nftables' messages, their batch and the
+	// buffer netlink.Conn.SendMessages marshals them into (three copies,
+	// about 250 MiB at 10k services).
+	w := &wireBatch{}
 	acks := []netlink.Message{{Header: netlink.Header{Type: netlink.Error}, Data: make([]byte, 4+16)}}
 	c, err := nft.New(nft.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
 		if req == nil {
 			return acks, nil // Flush waits for an acknowledgement per message
 		}
-		batch = append(batch, req...)
+		for i := range req {
+			w.add(&req[i])
+		}
 		return nil, nil
 	}))
 	if err != nil {
@@ -170,15 +177,99 @@ func (k *netlinkKernel) apply(ctx context.Context, tx *Transaction) error {
 		table:  &nft.Table{Name: tx.Table, Family: tableFamily(tx.Family)},
 		added:  map[string]*nft.Set{},
 	}
+	// opsPerFlush bounds the operations google/nftables holds as messages.
+	const opsPerFlush = 256
 	for i := range tx.ops {
 		if err := cp.op(&tx.ops[i]); err != nil {
 			return fmt.Errorf("operation %d: %w", i, err)
+		}
+		if i%opsPerFlush == opsPerFlush-1 {
+			if err := c.Flush(); err != nil {
+				return fmt.Errorf("marshal: %w", err)
+			}
 		}
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("marshal: %w", err)
 	}
-	return k.send(batch)
+	return k.send(w)
+}
+
+// wireBatch is a batch of netlink messages in their wire format, in
+// chunks sent together by one sendmsg: the kernel applies a batch (begin,
+// messages, end) only when all of it arrives in one datagram.
+type wireBatch struct {
+	chunks [][]byte
+	size   int    // bytes in chunks
+	msgs   int    // messages, without begin and end
+	seq    uint32 // sequence number of the last message
+	last   []byte // header of the last message, in its chunk
+}
+
+const (
+	nlmsgHeaderLen = 16
+	// batchChunk is the size of a chunk; chunks grow past it so that a
+	// batch of up to 1 GiB (the socket buffer's limit, setBuffers) stays
+	// within the kernel's 1024 iovecs of a sendmsg.
+	batchChunk = 1 << 20
+)
+
+// add appends m, but for the batch begin and end messages google/nftables
+// wraps every Flush in: w gets its own at send. As nft, only the last
+// message asks for an acknowledgement (finish sets it), and none for an
+// echo.
+func (w *wireBatch) add(m *netlink.Message) {
+	switch m.Header.Type {
+	case netlink.HeaderType(unix.NFNL_MSG_BATCH_BEGIN), netlink.HeaderType(unix.NFNL_MSG_BATCH_END):
+		return
+	}
+	w.append(m.Header.Type, m.Header.Flags&^(netlink.Acknowledge|netlink.Echo), m.Data)
+	w.msgs++
+}
+
+func (w *wireBatch) append(typ netlink.HeaderType, flags netlink.HeaderFlags, data []byte) {
+	n := (nlmsgHeaderLen + len(data) + 3) &^ 3
+	if len(w.chunks) == 0 || cap(w.chunks[len(w.chunks)-1])-len(w.chunks[len(w.chunks)-1]) < n {
+		size := batchChunk << (len(w.chunks) / 256)
+		w.chunks = append(w.chunks, make([]byte, 0, max(size, n)))
+	}
+	c := &w.chunks[len(w.chunks)-1]
+	off := len(*c)
+	w.seq++
+	b := binary.NativeEndian.AppendUint32(*c, uint32(n))
+	b = binary.NativeEndian.AppendUint16(b, uint16(typ))
+	b = binary.NativeEndian.AppendUint16(b, uint16(flags))
+	b = binary.NativeEndian.AppendUint32(b, w.seq)
+	b = binary.NativeEndian.AppendUint32(b, 0) // port ID: the kernel
+	b = append(b, data...)
+	for len(b)-off < n {
+		b = append(b, 0)
+	}
+	*c = b
+	w.last = b[off : off+nlmsgHeaderLen]
+	w.size += n
+}
+
+// finish asks for the acknowledgement of the last message, wraps the
+// messages in a batch and returns the sequence number of the last one.
+func (w *wireBatch) finish() uint32 {
+	flags := binary.NativeEndian.Uint16(w.last[6:])
+	binary.NativeEndian.PutUint16(w.last[6:], flags|uint16(netlink.Acknowledge))
+	last := w.seq
+	// The begin message goes in front, in a chunk of its own.
+	hdr := extraHeader(unix.NFNL_SUBSYS_NFTABLES)
+	chunks := w.chunks
+	w.chunks = nil
+	w.append(netlink.HeaderType(unix.NFNL_MSG_BATCH_BEGIN), netlink.Request, hdr)
+	w.chunks = append(w.chunks, chunks...)
+	w.append(netlink.HeaderType(unix.NFNL_MSG_BATCH_END), netlink.Request, hdr)
+	return last
+}
+
+// extraHeader is the nfgenmsg after the netlink header: family
+// NFPROTO_UNSPEC, version 0, the resource ID in network byte order.
+func extraHeader(resID uint16) []byte {
+	return []byte{unix.NFPROTO_UNSPEC, unix.NFNETLINK_V0, byte(resID >> 8), byte(resID)}
 }
 
 // send sends a batch (begin, messages, end) in one sendmsg and waits for
@@ -189,21 +280,11 @@ func (k *netlinkKernel) apply(ctx context.Context, tx *Transaction) error {
 // of the last message only. The kernel processes a batch within the
 // sendmsg and reports every failed message; any error means the batch
 // was aborted as a whole.
-func (k *netlinkKernel) send(batch []netlink.Message) error {
-	if len(batch) < 3 {
-		return nil // begin and end only
+func (k *netlinkKernel) send(w *wireBatch) error {
+	if w.msgs == 0 {
+		return nil
 	}
-	for i := range batch {
-		h := &batch[i].Header
-		h.Flags &^= netlink.Acknowledge | netlink.Echo
-		h.Length, h.Sequence, h.PID = 0, 0, 0
-	}
-	batch[len(batch)-2].Header.Flags |= netlink.Acknowledge
-
-	size := 0
-	for i := range batch {
-		size += 16 + len(batch[i].Data)
-	}
+	last := w.finish()
 	cfg := &netlink.Config{}
 	if k.ns != nil {
 		cfg.NetNS = int(k.ns.Fd())
@@ -213,14 +294,22 @@ func (k *netlinkKernel) send(batch []netlink.Message) error {
 		return err
 	}
 	defer conn.Close()
-	if err := setBuffers(conn, size+1<<20); err != nil {
+	if err := setBuffers(conn, w.size+1<<20); err != nil {
 		return err
 	}
-	sent, err := conn.SendMessages(batch)
+	raw, err := conn.SyscallConn()
 	if err != nil {
-		return fmt.Errorf("send batch of %d messages: %w", len(batch), err)
+		return err
 	}
-	last := sent[len(sent)-2].Header.Sequence
+	var serr error
+	err = raw.Write(func(fd uintptr) bool {
+		_, serr = unix.SendmsgBuffers(int(fd), w.chunks, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0)
+		return serr != unix.EAGAIN
+	})
+	if err = errors.Join(err, serr); err != nil {
+		return fmt.Errorf("send batch of %d messages: %w", w.msgs+2, err)
+	}
+	w.chunks = nil
 	if err := conn.SetReadDeadline(time.Now().Add(time.Minute)); err != nil {
 		return err
 	}

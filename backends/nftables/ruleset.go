@@ -44,33 +44,55 @@ type elemID struct {
 	key ElemKey
 }
 
-// claim is an element's value, from the first fragment in Key order that
-// claims its key (the global fragment's Key, "", sorts first), and the
-// other fragments that claim it, in order.
+// claim says which fragments claim an element's key: the first in Key
+// order (the global fragment's Key, "", sorts first), whose element is
+// programmed, and the others, in order. A claim refers to the elements in
+// their fragments, which are never modified, rather than holding their
+// values: the index of a 10k-service table holds 300k claims, kept in
+// the map without an allocation each.
 type claim struct {
-	value elemValue
-	owner *Fragment
-	more  []claimant
+	owner *Fragment   // nil in an overlay: deleted
+	elem  int         // the element's index in owner.Elements
+	more  *[]claimant // nil but for a key several fragments claim
 }
 
 type claimant struct {
-	f     *Fragment
-	value elemValue
+	f    *Fragment
+	elem int
+}
+
+func (c *claim) value() elemValue { return c.owner.Elements[c.elem].value() }
+
+// others returns the fragments but the owner that claim the key.
+func (c *claim) others() []claimant {
+	if c.more == nil {
+		return nil
+	}
+	return *c.more
+}
+
+// withOthers returns c claimed by cs too, which it keeps.
+func (c claim) withOthers(cs []claimant) claim {
+	c.more = nil
+	if len(cs) > 0 {
+		c.more = &cs
+	}
+	return c
 }
 
 // elemIndex maps element keys to their claims: a base map shared by the
 // Rulesets a planner makes one after another, never modified once
-// shared, and this Ruleset's changes to it (nil: deleted). A one-service
-// change then costs in proportion to that service's elements, not to
-// the table's.
+// shared, and this Ruleset's changes to it (a nil owner: deleted). A
+// one-service change then costs in proportion to that service's elements,
+// not to the table's.
 type elemIndex struct {
-	base map[elemID]*claim
-	over map[elemID]*claim
+	base map[elemID]claim
+	over map[elemID]claim
 }
 
-func (x *elemIndex) get(id elemID) (*claim, bool) {
+func (x *elemIndex) get(id elemID) (claim, bool) {
 	if c, ok := x.over[id]; ok {
-		return c, c != nil
+		return c, c.owner != nil
 	}
 	c, ok := x.base[id]
 	return c, ok
@@ -81,46 +103,50 @@ func (x *elemIndex) value(id elemID) (elemValue, bool) {
 	if !ok {
 		return elemValue{}, false
 	}
-	return c.value, true
+	return c.value(), true
 }
 
 // each calls fn for every element, in no order.
 func (x *elemIndex) each(fn func(elemID, elemValue)) {
 	for id, c := range x.over {
-		if c != nil {
-			fn(id, c.value)
+		if c.owner != nil {
+			fn(id, c.value())
 		}
 	}
 	for id, c := range x.base {
 		if _, ok := x.over[id]; !ok {
-			fn(id, c.value)
+			fn(id, c.value())
 		}
 	}
 }
 
 func (x *elemIndex) len() int { return len(x.base) + len(x.over) }
 
-// add records f's claim of e in the overlay.
-func (x *elemIndex) add(f *Fragment, e *Element) {
+func claims(cs []claimant, f *Fragment) bool {
+	return slices.ContainsFunc(cs, func(c claimant) bool { return c.f == f })
+}
+
+// add records f's claim of its element k in the overlay.
+func (x *elemIndex) add(f *Fragment, k int) {
+	e := &f.Elements[k]
 	id := elemID{e.Set, e.Key}
-	v := e.value()
 	old, ok := x.get(id)
 	if !ok {
-		x.over[id] = &claim{value: v, owner: f}
+		x.over[id] = claim{owner: f, elem: k}
 		return
 	}
-	if old.owner == f || slices.ContainsFunc(old.more, func(c claimant) bool { return c.f == f }) {
+	if old.owner == f || claims(old.others(), f) {
 		return
 	}
-	c := &claim{value: old.value, owner: old.owner, more: slices.Clone(old.more)}
+	c, more := old, slices.Clone(old.others())
 	if f.Key < c.owner.Key {
-		c.more = slices.Insert(c.more, 0, claimant{c.owner, c.value})
-		c.value, c.owner = v, f
+		more = slices.Insert(more, 0, claimant{c.owner, c.elem})
+		c.owner, c.elem = f, k
 	} else {
-		i, _ := slices.BinarySearchFunc(c.more, f.Key, func(c claimant, k string) int { return cmp.Compare(c.f.Key, k) })
-		c.more = slices.Insert(c.more, i, claimant{f, v})
+		i, _ := slices.BinarySearchFunc(more, f.Key, func(c claimant, k string) int { return cmp.Compare(c.f.Key, k) })
+		more = slices.Insert(more, i, claimant{f, k})
 	}
-	x.over[id] = c
+	x.over[id] = c.withOthers(more)
 }
 
 // remove records that f no longer claims e, in the overlay.
@@ -130,17 +156,18 @@ func (x *elemIndex) remove(f *Fragment, e *Element) {
 	if !ok {
 		return
 	}
+	more := old.others()
 	switch {
-	case old.owner == f && len(old.more) == 0:
-		x.over[id] = nil
+	case old.owner == f && len(more) == 0:
+		x.over[id] = claim{}
 	case old.owner == f:
-		x.over[id] = &claim{value: old.more[0].value, owner: old.more[0].f, more: slices.Clone(old.more[1:])}
+		x.over[id] = claim{owner: more[0].f, elem: more[0].elem}.withOthers(slices.Clone(more[1:]))
 	default:
-		i := slices.IndexFunc(old.more, func(c claimant) bool { return c.f == f })
+		i := slices.IndexFunc(more, func(c claimant) bool { return c.f == f })
 		if i < 0 {
 			return
 		}
-		x.over[id] = &claim{value: old.value, owner: old.owner, more: slices.Delete(slices.Clone(old.more), i, i+1)}
+		x.over[id] = old.withOthers(slices.Delete(slices.Clone(more), i, i+1))
 	}
 }
 
@@ -150,7 +177,7 @@ func (rs *Ruleset) index() {
 	for _, f := range rs.Services {
 		n += len(f.Elements)
 	}
-	x := elemIndex{base: make(map[elemID]*claim, n)}
+	x := elemIndex{base: make(map[elemID]claim, n)}
 	add := func(f *Fragment) {
 		for i := range f.Elements {
 			e := &f.Elements[i]
@@ -158,9 +185,14 @@ func (rs *Ruleset) index() {
 			c, taken := x.base[id]
 			switch {
 			case !taken:
-				x.base[id] = &claim{value: e.value(), owner: f}
-			case c.owner != f && !slices.ContainsFunc(c.more, func(c claimant) bool { return c.f == f }):
-				c.more = append(c.more, claimant{f, e.value()})
+				x.base[id] = claim{owner: f, elem: i}
+			case c.owner != f && !claims(c.others(), f):
+				// The base is not shared yet: its claims may change.
+				if c.more == nil {
+					x.base[id] = c.withOthers([]claimant{{f, i}})
+				} else {
+					*c.more = append(*c.more, claimant{f, i})
+				}
 			}
 		}
 	}
@@ -176,7 +208,7 @@ func (rs *Ruleset) index() {
 // updates the claims of the elements of the fragments that differ, in an
 // overlay of prev's base, and builds a new base when the overlay grows.
 func (rs *Ruleset) indexFrom(prev *Ruleset) {
-	x := elemIndex{base: prev.elems.base, over: make(map[elemID]*claim, len(prev.elems.over)+64)}
+	x := elemIndex{base: prev.elems.base, over: make(map[elemID]claim, len(prev.elems.over)+64)}
 	for id, c := range prev.elems.over {
 		x.over[id] = c
 	}
@@ -220,7 +252,7 @@ func (rs *Ruleset) indexFrom(prev *Ruleset) {
 	}
 	for _, f := range added {
 		for k := range f.Elements {
-			x.add(f, &f.Elements[k])
+			x.add(f, k)
 		}
 	}
 	rs.elems = x
