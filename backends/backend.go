@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strconv"
 )
 
 // ErrHousekeeping is wrapped by a Sync error when the dataplane was
@@ -40,6 +41,18 @@ const (
 	IPv4 Family = 4
 	IPv6 Family = 6
 )
+
+// String returns "ipv4", "ipv6" or "family(N)", the spelling of dumps and
+// errors (nftables' own: "ip" and "ip6" tables aside).
+func (f Family) String() string {
+	switch f {
+	case IPv4:
+		return "ipv4"
+	case IPv6:
+		return "ipv6"
+	}
+	return "family(" + strconv.Itoa(int(f)) + ")"
+}
 
 // State is the complete desired dataplane of one IP family on a node.
 type State struct {

@@ -57,7 +57,7 @@ func Validate(s *State) error {
 		v.service(svc)
 	}
 	if len(v.problems) > 0 {
-		return fmt.Errorf("%w of %s: %w", ErrInvalidState, familyName(s.Family), errors.Join(v.problems...))
+		return fmt.Errorf("%w of %s: %w", ErrInvalidState, s.Family.String(), errors.Join(v.problems...))
 	}
 	return nil
 }
@@ -152,7 +152,7 @@ func (v *validator) addrAt(field string, i int, suffix string, a netip.Addr) {
 		v.addf(field, "missing")
 		return
 	}
-	v.addf(field, "%s is not %s", a, familyName(v.family))
+	v.addf(field, "%s is not %s", a, v.family.String())
 }
 
 func (v *validator) addrs(field string, as []netip.Addr) {
@@ -167,18 +167,7 @@ func (v *validator) prefixes(field string, ps []netip.Prefix) {
 		case !p.IsValid():
 			v.addf(fmt.Sprintf("%s[%d]", field, i), "invalid prefix %s", p)
 		case a.Is4In6() || a.Is4() != (v.family == IPv4):
-			v.addf(fmt.Sprintf("%s[%d]", field, i), "%s is not %s", p, familyName(v.family))
+			v.addf(fmt.Sprintf("%s[%d]", field, i), "%s is not %s", p, v.family.String())
 		}
 	}
-}
-
-// familyName names f for messages: "ipv4", "ipv6" or "family N".
-func familyName(f Family) string {
-	switch f {
-	case IPv4:
-		return "ipv4"
-	case IPv6:
-		return "ipv6"
-	}
-	return fmt.Sprintf("family %d", f)
 }

@@ -43,7 +43,7 @@ import (
 // when nil and as "{ }" when used but empty.
 func DumpState(s *backends.State) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "family %s\n", familyName(s.Family))
+	fmt.Fprintf(&b, "family %s\n", s.Family.String())
 	if len(s.NodePortAddresses) == 0 {
 		b.WriteString("  node-port-addresses any\n")
 	} else {

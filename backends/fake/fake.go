@@ -12,7 +12,6 @@ package fake
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 
@@ -175,15 +174,4 @@ func cloneSlice[T any](s []T) []T {
 		return nil
 	}
 	return append(make([]T, 0, len(s)), s...)
-}
-
-// familyName is the Dump and error spelling of a family.
-func familyName(f backends.Family) string {
-	switch f {
-	case backends.IPv4:
-		return "ipv4"
-	case backends.IPv6:
-		return "ipv6"
-	}
-	return fmt.Sprintf("family(%d)", f)
 }

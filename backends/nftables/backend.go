@@ -70,7 +70,7 @@ func New(o Opts) (*Backend, error) {
 	}
 	k, err := newNetlinkKernel(o.NetNS)
 	if err != nil {
-		return nil, fmt.Errorf("nftables %s: %w", familyName(o.Family), err)
+		return nil, fmt.Errorf("nftables %s: %w", o.Family.String(), err)
 	}
 	return newBackend(cfg, k), nil
 }
@@ -134,7 +134,7 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 	}
 	b.stats.syncs++
 	rs := b.planner.plan(s)
-	log := klog.FromContext(ctx).WithValues("ipFamily", familyName(b.cfg.family), "table", b.cfg.table)
+	log := klog.FromContext(ctx).WithValues("ipFamily", b.cfg.family.String(), "table", b.cfg.table)
 
 	var tx *Transaction
 	if b.programmed == nil {

@@ -459,7 +459,7 @@ func (a *fakeApply) addElements(t *fakeTable, o *op) error {
 		case len(s.spec.Data) == 0 && e.To.IsValid():
 			return fmt.Errorf("set %q: element with data: %w", s.spec.Name, syscall.EINVAL)
 		case len(s.spec.Data) > 0 && (!e.To.IsValid() || e.To.Addr().Is4() != (a.id.family == backends.IPv4)):
-			return fmt.Errorf("map %q: element without an %s address and port: %w", s.spec.Name, familyName(a.id.family), syscall.EINVAL)
+			return fmt.Errorf("map %q: element without an %s address and port: %w", s.spec.Name, a.id.family.String(), syscall.EINVAL)
 		}
 		if e.Value.Kind == Jump || e.Value.Kind == Goto {
 			c, ok := t.chains[e.Value.Chain]

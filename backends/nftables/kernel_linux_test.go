@@ -115,11 +115,11 @@ func TestKernelGoldenLoads(t *testing.T) {
 		b := nodeBackend(t, c.Nodes[0], s.Family)
 		if err := b.Sync(context.Background(), s); err != nil {
 			dumpTable(t, c.Nodes[0], ipKeyword(s.Family))
-			t.Fatalf("%s: %v", familyName(s.Family), err)
+			t.Fatalf("%s: %v", s.Family.String(), err)
 		}
 		syncOK(t, b, s) // nothing to do
 		if b.stats.lastOps != 0 {
-			t.Errorf("%s: second sync of one state sent %d operations", familyName(s.Family), b.stats.lastOps)
+			t.Errorf("%s: second sync of one state sent %d operations", s.Family.String(), b.stats.lastOps)
 		}
 	}
 	if testing.Verbose() {

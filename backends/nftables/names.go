@@ -211,17 +211,6 @@ func hashed(name string) string {
 	return s
 }
 
-// familyName is the error and log spelling of a family.
-func familyName(f backends.Family) string {
-	switch f {
-	case backends.IPv4:
-		return "ipv4"
-	case backends.IPv6:
-		return "ipv6"
-	}
-	return "family(" + itoa(uint64(f)) + ")"
-}
-
 func itoa(v uint64) string {
 	var b [20]byte
 	i := len(b)

@@ -11,7 +11,7 @@ import (
 // error wraps ErrInvalidState and names every problem.
 func validate(family backends.Family, s *backends.State) error {
 	if s != nil && s.Family != family {
-		return fmt.Errorf("nftables: %w: family %s, want %s", ErrInvalidState, familyName(s.Family), familyName(family))
+		return fmt.Errorf("nftables: %w: family %s, want %s", ErrInvalidState, s.Family.String(), family.String())
 	}
 	if err := backends.Validate(s); err != nil {
 		return fmt.Errorf("nftables: %w", err)
