@@ -27,18 +27,7 @@ import (
 // shapes DNAT leaves (reply source = endpoint), and, when nft is
 // installed, entries made by real UDP traffic over loopback.
 func TestKernel(t *testing.T) {
-	if err := netlab.Probe(); err != nil {
-		t.Skipf("kernel test needs a network lab: %v", err)
-	}
-	lab, err := netlab.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	lab := netlab.NewForTest(t)
 	ns, err := lab.AddNS("ct")
 	if err != nil {
 		t.Fatal(err)

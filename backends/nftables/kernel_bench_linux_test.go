@@ -39,18 +39,7 @@ func kernelBenchNS(b testing.TB) string {
 	if testing.Short() {
 		b.Skip("kernel benchmark: skipped in -short mode")
 	}
-	if err := netlab.Probe(); err != nil {
-		b.Skipf("kernel benchmark: %v", err)
-	}
-	lab, err := netlab.New()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			b.Error(err)
-		}
-	})
+	lab := netlab.NewForTest(b)
 	ns, err := lab.AddNS("bench")
 	if err != nil {
 		b.Fatal(err)

@@ -28,18 +28,7 @@ func kernelCluster(t *testing.T) *netlab.Cluster {
 	if testing.Short() {
 		t.Skip("kernel test: skipped in -short mode")
 	}
-	if err := netlab.Probe(); err != nil {
-		t.Skipf("kernel test: %v", err)
-	}
-	lab, err := netlab.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	lab := netlab.NewForTest(t)
 	c, err := netlab.BuildCluster(lab, netlab.ClusterSpec{Nodes: []netlab.NodeSpec{
 		{Name: "node-a", Pods: []string{"a1", "a2"}},
 		{Name: "node-b", Pods: []string{"b1"}},

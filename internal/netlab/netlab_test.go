@@ -11,25 +11,8 @@ import (
 	"time"
 )
 
-func newLab(t *testing.T) *Lab {
-	t.Helper()
-	if err := Probe(); err != nil {
-		t.Skipf("network lab unavailable: %v", err)
-	}
-	lab, err := New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return lab
-}
-
 func TestClusterRoutesAndEcho(t *testing.T) {
-	lab := newLab(t)
+	lab := NewForTest(t)
 	c, err := BuildCluster(lab, ClusterSpec{
 		Nodes: []NodeSpec{{Name: "node-a", Pods: []string{"web-1"}}, {Name: "node-b", Pods: []string{"web-2"}}},
 	})
@@ -79,7 +62,7 @@ func TestClusterRoutesAndEcho(t *testing.T) {
 }
 
 func TestCloseRemovesNamespaces(t *testing.T) {
-	lab := newLab(t)
+	lab := NewForTest(t)
 	ns, err := lab.AddNS("x")
 	if err != nil {
 		t.Fatal(err)
