@@ -259,7 +259,7 @@ func (p *Proxy) start(ctx context.Context) (shutdown func(), ok bool) {
 	// and ServiceCIDRs carry no proxy labels.
 	factory := informers.NewSharedInformerFactoryWithOptions(p.opts.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = model.LabelSelector }),
-		informers.WithTransform(stripManagedFields))
+		informers.WithTransform(slim))
 	nodeName := p.opts.NodeName
 	nodeInformer := factory.InformerFor(&v1.Node{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return coreinformers.NewFilteredNodeInformer(c, resync, cache.Indexers{}, func(o *metav1.ListOptions) {
@@ -362,12 +362,28 @@ func serviceOf(sp *model.ServicePort) types.NamespacedName {
 	return types.NamespacedName{Namespace: sp.Namespace, Name: sp.Name}
 }
 
-// stripManagedFields drops the server-side apply bookkeeping of objects
-// before the informers cache them: nothing in wasp reads it, and it is
-// often the largest part of an object in a real cluster.
-func stripManagedFields(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
+// slim drops, before the informers cache an object, what wasp never reads:
+// the server-side apply bookkeeping (often the largest part of an object
+// in a real cluster), the last-applied-configuration annotation (a copy of
+// the whole object; host/model never shows it to modules), and of an
+// EndpointSlice its annotations and each endpoint's targetRef, hostname
+// and deprecatedTopology. At 100k endpoints that is tens of MiB.
+// Anything else passes through unchanged.
+func slim(obj any) (any, error) {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return obj, nil
+	}
+	m.SetManagedFields(nil)
+	if a := m.GetAnnotations(); a != nil {
+		delete(a, v1.LastAppliedConfigAnnotation)
+	}
+	if es, ok := obj.(*discoveryv1.EndpointSlice); ok {
+		es.Annotations = nil
+		for i := range es.Endpoints {
+			ep := &es.Endpoints[i]
+			ep.TargetRef, ep.Hostname, ep.DeprecatedTopology = nil, nil, nil
+		}
 	}
 	return obj, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -500,21 +501,45 @@ func TestServiceHealth(t *testing.T) {
 	}
 }
 
-func TestStripManagedFields(t *testing.T) {
+func TestSlim(t *testing.T) {
 	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo",
-		Annotations:   map[string]string{"wasp.dev/x": "kept"},
+		Annotations:   map[string]string{"wasp.dev/x": "kept", v1.LastAppliedConfigAnnotation: "{...}"},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}}}
-	got, err := stripManagedFields(svc)
+	got, err := slim(svc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := got.(*v1.Service)
-	if out.ManagedFields != nil || out.Annotations["wasp.dev/x"] != "kept" || out.Name != "web" {
-		t.Errorf("stripManagedFields = %+v, want the object without managedFields only", out.ObjectMeta)
+	if out.ManagedFields != nil || len(out.Annotations) != 1 || out.Annotations["wasp.dev/x"] != "kept" || out.Name != "web" {
+		t.Errorf("slim(service) = %+v, want it without managedFields and last-applied only", out.ObjectMeta)
 	}
+
+	ready := true
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "demo", Labels: map[string]string{discoveryv1.LabelServiceName: "web"},
+			Annotations: map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "now"}},
+		Endpoints: []discoveryv1.Endpoint{{
+			Addresses: []string{"10.244.1.10"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready},
+			NodeName: ptr("node-a"), Zone: ptr("zone-a"), Hostname: ptr("web-1"),
+			TargetRef:          &v1.ObjectReference{Kind: "Pod", Name: "web-1"},
+			DeprecatedTopology: map[string]string{"x": "y"},
+			Hints:              &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "zone-a"}}},
+		}},
+	}
+	want := slice.DeepCopy()
+	want.Annotations = nil
+	want.Endpoints[0].TargetRef, want.Endpoints[0].Hostname, want.Endpoints[0].DeprecatedTopology = nil, nil, nil
+	got, err = slim(slice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("slim(slice) = %+v\nwant %+v", got, want)
+	}
+
 	// Tombstones and other non-objects pass through.
 	tomb := cache.DeletedFinalStateUnknown{Key: "demo/web", Obj: svc}
-	if got, err := stripManagedFields(tomb); err != nil || got != tomb {
-		t.Errorf("stripManagedFields(tombstone) = %v, %v", got, err)
+	if got, err := slim(tomb); err != nil || got != tomb {
+		t.Errorf("slim(tombstone) = %v, %v", got, err)
 	}
 }
