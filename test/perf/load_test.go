@@ -14,6 +14,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -108,10 +109,18 @@ func loadService(ctx context.Context, client kubernetes.Interface, i int) error 
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(v1.ProtocolTCP), Port: ptr.To[int32](8080)}},
 	}
+	// As the endpointslice controller writes them: node, zone and the
+	// pod's reference on every endpoint (the nodes are neither proxy's).
 	for j := range loadEndpoints {
+		k := i*loadEndpoints + j
+		pod := fmt.Sprintf("%s-%d", name, j)
 		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
-			Addresses:  []string{fakePod(i*loadEndpoints + j).String()},
+			Addresses:  []string{fakePod(k).String()},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+			NodeName:   ptr.To(fmt.Sprintf("load-node-%d", k%100)),
+			Zone:       ptr.To(fmt.Sprintf("zone-%d", k%3)),
+			TargetRef: &v1.ObjectReference{Kind: "Pod", Namespace: loadNamespace, Name: pod,
+				UID: types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", k))},
 		})
 	}
 	if _, err := client.DiscoveryV1().EndpointSlices(loadNamespace).Create(ctx, slice, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
