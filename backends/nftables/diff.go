@@ -39,27 +39,7 @@ func Diff(old, new *Ruleset) *Transaction {
 	tx := &Transaction{Family: new.Family, Table: new.Table}
 
 	// The fragments that differ.
-	var oldF, newF []*Fragment
-	if old.Global != new.Global {
-		oldF, newF = append(oldF, old.Global), append(newF, new.Global)
-	}
-	i, j := 0, 0
-	for i < len(old.Services) || j < len(new.Services) {
-		switch {
-		case j == len(new.Services) || (i < len(old.Services) && old.Services[i].Key < new.Services[j].Key):
-			oldF = append(oldF, old.Services[i])
-			i++
-		case i == len(old.Services) || new.Services[j].Key < old.Services[i].Key:
-			newF = append(newF, new.Services[j])
-			j++
-		default:
-			if old.Services[i] != new.Services[j] {
-				oldF, newF = append(oldF, old.Services[i]), append(newF, new.Services[j])
-			}
-			i++
-			j++
-		}
-	}
+	oldF, newF := changedFragments(old, new)
 
 	oldChains, oldSets := objects(oldF)
 	newChains, newSets := objects(newF)

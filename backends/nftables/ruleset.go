@@ -212,27 +212,7 @@ func (rs *Ruleset) indexFrom(prev *Ruleset) {
 	for id, c := range prev.elems.over {
 		x.over[id] = c
 	}
-	var gone, added []*Fragment
-	if prev.Global != rs.Global {
-		gone, added = append(gone, prev.Global), append(added, rs.Global)
-	}
-	i, j := 0, 0
-	for i < len(prev.Services) || j < len(rs.Services) {
-		switch {
-		case j == len(rs.Services) || (i < len(prev.Services) && prev.Services[i].Key < rs.Services[j].Key):
-			gone = append(gone, prev.Services[i])
-			i++
-		case i == len(prev.Services) || rs.Services[j].Key < prev.Services[i].Key:
-			added = append(added, rs.Services[j])
-			j++
-		default:
-			if prev.Services[i] != rs.Services[j] {
-				gone, added = append(gone, prev.Services[i]), append(added, rs.Services[j])
-			}
-			i++
-			j++
-		}
-	}
+	gone, added := changedFragments(prev, rs)
 	changed := 0
 	for _, f := range gone {
 		changed += len(f.Elements)
@@ -346,4 +326,34 @@ func (v *tableView) render(b *strings.Builder) {
 		b.WriteString("\t}\n")
 	}
 	b.WriteString("}\n")
+}
+
+// changedFragments returns the fragments of old and of new that differ
+// between them: those of service ports only in old (gone), only in new
+// (added), or in both with different fragments (one each), and the global
+// fragment if it changed. Both lists keep the rulesets' key order.
+// Fragments are compared by identity: the planner reuses the fragment of an
+// unchanged service port.
+func changedFragments(old, new *Ruleset) (gone, added []*Fragment) {
+	if old.Global != new.Global {
+		gone, added = append(gone, old.Global), append(added, new.Global)
+	}
+	i, j := 0, 0
+	for i < len(old.Services) || j < len(new.Services) {
+		switch {
+		case j == len(new.Services) || (i < len(old.Services) && old.Services[i].Key < new.Services[j].Key):
+			gone = append(gone, old.Services[i])
+			i++
+		case i == len(old.Services) || new.Services[j].Key < old.Services[i].Key:
+			added = append(added, new.Services[j])
+			j++
+		default:
+			if old.Services[i] != new.Services[j] {
+				gone, added = append(gone, old.Services[i]), append(added, new.Services[j])
+			}
+			i++
+			j++
+		}
+	}
+	return gone, added
 }
