@@ -379,6 +379,12 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 	defer rt.Close(context.WithoutCancel(ctx))
 	ch, err := chain.Load(ctx, rt, c.specs)
 	if err != nil {
+		if ctx.Err() != nil {
+			// SIGTERM while modules were compiling or instantiating: the
+			// interrupted load is no module error.
+			klog.FromContext(ctx).Info("Stopped during start-up; nothing was programmed")
+			return nil
+		}
 		return err
 	}
 	defer ch.Close()
