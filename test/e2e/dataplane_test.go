@@ -434,38 +434,12 @@ func testScaleDown(t *testing.T, s *suite) {
 	// A client keeps opening connections while the Service scales from
 	// four endpoints to two. The removed pods keep answering (they are
 	// gone from the Service, not dead), so no request may fail.
-	var (
-		mu     sync.Mutex
-		counts = map[string]int{}
-		errs   []error
-	)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			id, err := fw.Ask(s.client(), "tcp", ip, 80, ask)
-			mu.Lock()
-			if err != nil {
-				errs = append(errs, err)
-			} else {
-				counts[id]++
-			}
-			mu.Unlock()
-		}
-	}()
+	tr := startTraffic(s, ip)
 	time.Sleep(300 * time.Millisecond)
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "b-1")...)
 	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
 	time.Sleep(500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	counts, errs := tr.stop()
 	if len(errs) > 0 {
 		t.Fatalf("%d of %d requests failed during the scale-down, first: %v", len(errs), len(errs)+sum(counts), errs[0])
 	}
@@ -499,6 +473,49 @@ func expectOnlyEventually(t *testing.T, s *suite, ip netip.Addr, want ...string)
 		return nil
 	})
 	expectOnly(t, s.client(), "tcp", ip, 80, 60, want...)
+}
+
+// traffic opens connection after connection from the client to a
+// ClusterIP's port 80, one request each, until stopped.
+type traffic struct {
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	mu     sync.Mutex
+	counts map[string]int // answers by identity
+	errs   []error
+}
+
+func startTraffic(s *suite, ip netip.Addr) *traffic {
+	tr := &traffic{done: make(chan struct{}), counts: map[string]int{}}
+	tr.wg.Add(1)
+	go func() {
+		defer tr.wg.Done()
+		for {
+			select {
+			case <-tr.done:
+				return
+			default:
+			}
+			id, err := fw.Ask(s.client(), "tcp", ip, 80, ask)
+			tr.mu.Lock()
+			if err != nil {
+				tr.errs = append(tr.errs, err)
+			} else {
+				tr.counts[id]++
+			}
+			tr.mu.Unlock()
+		}
+	}()
+	return tr
+}
+
+// stop ends the traffic and returns the answers by identity and the
+// failed requests.
+func (tr *traffic) stop() (map[string]int, []error) {
+	close(tr.done)
+	tr.wg.Wait()
+	return tr.counts, tr.errs
 }
 
 func sum(m map[string]int) int {

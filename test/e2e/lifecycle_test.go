@@ -88,7 +88,7 @@ func testRestart(t *testing.T, s *suite) {
 	)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(1)
 	go func() { // the established connection
 		defer wg.Done()
 		for {
@@ -108,23 +108,7 @@ func testRestart(t *testing.T, s *suite) {
 			mu.Unlock()
 		}
 	}()
-	go func() { // new connections
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			_, err := fw.Ask(s.client(), "tcp", ip, 80, ask)
-			mu.Lock()
-			requests++
-			if err != nil {
-				failures = append(failures, fmt.Errorf("new connection: %v", err))
-			}
-			mu.Unlock()
-		}
-	}()
+	fresh := startTraffic(s, ip) // new connections
 	time.Sleep(300 * time.Millisecond)
 	w.Stop()
 	time.Sleep(300 * time.Millisecond)
@@ -134,6 +118,11 @@ func testRestart(t *testing.T, s *suite) {
 	expectOnlyEventually(t, s, ip, "a-1", "a-2", "b-1", "b-2")
 	close(stop)
 	wg.Wait()
+	counts, errs := fresh.stop()
+	requests += sum(counts) + len(errs)
+	for _, err := range errs {
+		failures = append(failures, fmt.Errorf("new connection: %v", err))
+	}
 	if len(failures) > 0 {
 		t.Fatalf("%d of %d requests failed across the restart, first: %v", len(failures), requests, failures[0])
 	}
