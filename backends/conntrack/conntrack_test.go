@@ -200,12 +200,11 @@ func TestSyncDeletesStale(t *testing.T) {
 	}
 }
 
-// TestSyncWholeTable runs one Sync over a table holding every kind of
-// flow and compares the sorted dump.
-func TestSyncWholeTable(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	b, _, tbl := newTestBackend(t, backends.IPv4)
-	tbl.add(backends.IPv4,
+// everyKind returns one IPv4 flow of every kind dnsState's cleaner acts on
+// or must leave alone: kept and stale for a ClusterIP, an external IP, an
+// LB VIP and a NodePort, cached rejects, and TCP.
+func everyKind() []flow {
+	return []flow{
 		udp(dnsIP, 53, podA, 5353),
 		udp(dnsIP, 53, podOld, 5353),
 		udp(dnsIP, 53, dnsIP, 53),
@@ -215,9 +214,23 @@ func TestSyncWholeTable(t *testing.T) {
 		udp(node, 30053, podOld, 5353),
 		udp(node, 30053, podB, 5353),
 		tcp(dnsIP, 53, podOld, 5353),
-	)
-	tbl.add(backends.IPv6, flow{proto: protoUDP, origSrc: addr("2001:db8::1"), origDst: addr("fd00:96::10"), origSrcPort: 1, origDstPort: 53,
-		replySrc: addr("fd00:96::10"), replyDst: addr("2001:db8::1"), replySrcPort: 53, replyDstPort: 1})
+	}
+}
+
+// v6Flow is a UDP flow to an IPv6 service IP, which an IPv4 cleaner must
+// not see.
+func v6Flow() flow {
+	return flow{proto: protoUDP, origSrc: addr("2001:db8::1"), origDst: addr("fd00:96::10"), origSrcPort: 1, origDstPort: 53,
+		replySrc: addr("fd00:96::10"), replyDst: addr("2001:db8::1"), replySrcPort: 53, replyDstPort: 1}
+}
+
+// TestSyncWholeTable runs one Sync over a table holding every kind of
+// flow and compares the sorted dump.
+func TestSyncWholeTable(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	b, _, tbl := newTestBackend(t, backends.IPv4)
+	tbl.add(backends.IPv4, everyKind()...)
+	tbl.add(backends.IPv6, v6Flow())
 	v6Before := tbl.Dump(backends.IPv6)
 
 	if err := b.Sync(ctx, dnsState()); err != nil {

@@ -36,24 +36,13 @@ func TestKernel(t *testing.T) {
 
 	// The same flows as TestSyncWholeTable, plus an IPv6 one that the
 	// IPv4 cleaner must not see.
-	inserted := []flow{
-		udp(dnsIP, 53, podA, 5353),
-		udp(dnsIP, 53, podOld, 5353),
-		udp(dnsIP, 53, dnsIP, 53),
-		udp(extIP, 53, podOld, 5353),
-		udp(lbVIP, 53, podB, 5353),
-		udp(lbVIP, 53, lbVIP, 53),
-		udp(node, 30053, podOld, 5353),
-		udp(node, 30053, podB, 5353),
-		tcp(dnsIP, 53, podOld, 5353),
-	}
+	inserted := everyKind()
 	for i := range inserted {
 		inserted[i].origSrcPort += uint16(i) // distinct tuples
 		inserted[i].replyDstPort = inserted[i].origSrcPort
 		insert(t, h, backends.IPv4, inserted[i])
 	}
-	v6 := flow{proto: protoUDP, origSrc: addr("2001:db8::1"), origDst: addr("fd00:96::10"), origSrcPort: 1, origDstPort: 53,
-		replySrc: addr("fd00:96::10"), replyDst: addr("2001:db8::1"), replySrcPort: 53, replyDstPort: 1}
+	v6 := v6Flow()
 	insert(t, h, backends.IPv6, v6)
 
 	state := dnsState()
