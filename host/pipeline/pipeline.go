@@ -83,19 +83,71 @@ type Options struct {
 	Observer Observer
 }
 
-// Observer receives per-call events, for metrics.
+// Observer receives the pipeline's events, for metrics and Kubernetes
+// Events. Its methods are called from Run's goroutines (Call from several
+// at once) and from Forget, and must be quick and never block. module is
+// the name of the stage's module (runtime.Module.Name).
 type Observer interface {
-	// Call reports one module call: its stage, how many ports it carried,
-	// how long it took, and its error (nil on success).
-	Call(stage abi.Stage, ports int, d time.Duration, err error)
-	// PortFailed reports a port whose stage failed, and the fallback used.
-	PortFailed(stage abi.Stage, key string, src Source, err error)
+	// Call reports one module call: its module and stage, how many ports
+	// it carried, how long it took, and its error (nil on success; else
+	// usually a *runtime.CallError). The calls of a bisection are
+	// reported each.
+	Call(module string, stage abi.Stage, ports int, d time.Duration, err error)
+	// PortFailed reports a port whose stage failed, with the failure and
+	// the fallback used.
+	PortFailed(module string, stage abi.Stage, key string, src Source, err error)
+	// Fallbacks reports how many of the ports evaluated so far (and not
+	// forgotten) are served by a fallback because their last evaluation
+	// failed: n[stage][SourceLastGood] and n[stage][SourceBuiltin], by the
+	// stage that failed. It is called after every Run, and after a Forget
+	// that changed it.
+	Fallbacks(n *Fallbacks)
+}
+
+// Fallbacks counts ports served by a fallback, by failed stage and source;
+// the SourceModules column stays 0.
+type Fallbacks [len(abi.Stages) + 1][SourceBuiltin + 1]int
+
+// Observers returns an Observer that tells each of obs in turn; nil ones
+// are skipped.
+func Observers(obs ...Observer) Observer {
+	var out observers
+	for _, o := range obs {
+		if o != nil {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+type observers []Observer
+
+func (os observers) Call(module string, stage abi.Stage, ports int, d time.Duration, err error) {
+	for _, o := range os {
+		o.Call(module, stage, ports, d, err)
+	}
+}
+
+func (os observers) PortFailed(module string, stage abi.Stage, key string, src Source, err error) {
+	for _, o := range os {
+		o.PortFailed(module, stage, key, src, err)
+	}
+}
+
+func (os observers) Fallbacks(n *Fallbacks) {
+	for _, o := range os {
+		o.Fallbacks(n)
+	}
 }
 
 // Pipeline evaluates service ports. Run must not be called concurrently.
 type Pipeline struct {
 	opts     Options
 	lastGood map[string]*Result
+	// fallback holds the stage that failed, and the source used, of every
+	// port whose last evaluation failed; counts counts them.
+	fallback map[string]fallbackOf
+	counts   Fallbacks
 
 	workers []worker
 }
@@ -121,11 +173,51 @@ func New(opts Options) *Pipeline {
 			n = max(n, m.Instances())
 		}
 	}
-	return &Pipeline{opts: opts, lastGood: map[string]*Result{}, workers: make([]worker, n)}
+	return &Pipeline{opts: opts, lastGood: map[string]*Result{}, fallback: map[string]fallbackOf{}, workers: make([]worker, n)}
+}
+
+// fallbackOf is why a port is served by a fallback.
+type fallbackOf struct {
+	stage abi.Stage
+	src   Source
 }
 
 // Forget drops the last good decision of ports that no longer exist.
-func (p *Pipeline) Forget(key string) { delete(p.lastGood, key) }
+func (p *Pipeline) Forget(key string) {
+	delete(p.lastGood, key)
+	if p.setFallback(key, nil) {
+		p.reportFallbacks()
+	}
+}
+
+// setFallback records why key is served by a fallback (nil: it is not)
+// and reports whether that changed anything.
+func (p *Pipeline) setFallback(key string, f *fallbackOf) bool {
+	if f == nil && len(p.fallback) == 0 {
+		return false // the usual case: no port is on a fallback
+	}
+	old, had := p.fallback[key]
+	if had {
+		if f != nil && *f == old {
+			return false
+		}
+		p.counts[old.stage][old.src]--
+		delete(p.fallback, key)
+	}
+	if f != nil {
+		p.counts[f.stage][f.src]++
+		p.fallback[key] = *f
+	}
+	return had || f != nil
+}
+
+// reportFallbacks tells the Observer the counts.
+func (p *Pipeline) reportFallbacks() {
+	if o := p.opts.Observer; o != nil {
+		n := p.counts
+		o.Fallbacks(&n)
+	}
+}
 
 // Run evaluates ports for node and returns one Result per port, in order.
 //
@@ -140,6 +232,7 @@ func (p *Pipeline) Run(ctx context.Context, node abi.Node, ports []Port) []Resul
 	if split {
 		p.release(ctx)
 	}
+	p.reportFallbacks()
 	return results
 }
 
@@ -191,9 +284,10 @@ func (p *Pipeline) run(ctx context.Context, node abi.Node, ports []Port) (_ []Re
 			}
 			i := live[k]
 			failed[i] = true
-			results[i] = p.fallback(node, ports[i], err)
+			results[i] = p.fallbackResult(node, ports[i], err)
+			p.setFallback(ports[i].Key, &fallbackOf{stage, results[i].Source})
 			if o := p.opts.Observer; o != nil {
-				o.PortFailed(stage, ports[i].Key, results[i].Source, err)
+				o.PortFailed(nameOf(p.opts.Modules[stage]), stage, ports[i].Key, results[i].Source, err)
 			}
 			if nfailed++; first < 0 {
 				first = i
@@ -212,12 +306,13 @@ func (p *Pipeline) run(ctx context.Context, node abi.Node, ports []Port) (_ []Re
 		}
 		results[i] = Result{Decision: decisions[i], Endpoints: ports[i].Endpoints, Source: SourceModules}
 		p.lastGood[ports[i].Key] = &results[i]
+		p.setFallback(ports[i].Key, nil)
 	}
 	return results, split
 }
 
-// fallback decides for a port whose stage failed.
-func (p *Pipeline) fallback(node abi.Node, port Port, err error) Result {
+// fallbackResult decides for a port whose stage failed.
+func (p *Pipeline) fallbackResult(node abi.Node, port Port, err error) Result {
 	if last, ok := p.lastGood[port.Key]; ok {
 		r := *last
 		r.Source, r.Err = SourceLastGood, err
@@ -294,7 +389,7 @@ func (p *Pipeline) call(ctx context.Context, w *worker, mod Module, stage abi.St
 		}
 	}
 	if o := p.opts.Observer; o != nil {
-		o.Call(stage, len(idx), time.Since(start), err)
+		o.Call(nameOf(mod), stage, len(idx), time.Since(start), err)
 	}
 	if err == nil {
 		for k, i := range idx {
