@@ -38,6 +38,19 @@ type Opts struct {
 	// cleaned, such as /run/netns/x. Optional: empty means the namespace
 	// the process was in when New was called.
 	NetNS string
+	// Observer is told about every cleanup, for metrics. Optional.
+	Observer Observer
+}
+
+// Observer is told about each conntrack cleanup, for upstream's metrics
+// conntrack_reconciler_sync_duration_seconds and
+// conntrack_reconciler_deleted_entries_total. It is called on Sync's
+// goroutine and must be quick and never block.
+type Observer interface {
+	// Reconciled reports one cleanup of family's table: how long it
+	// took, how many entries it deleted (also when it failed: some
+	// deletes may have succeeded) and its error, nil on success.
+	Reconciled(family backends.Family, d time.Duration, deleted uint64, err error)
 }
 
 // Stats count a Backend's conntrack reconciliations, for the metrics
@@ -66,9 +79,10 @@ type table interface {
 // entries after each of its successful syncs. Its methods are safe for
 // concurrent use; Syncs are serialized.
 type Backend struct {
-	inner  backends.Backend
-	family backends.Family
-	table  table
+	inner    backends.Backend
+	family   backends.Family
+	table    table
+	observer Observer // nil: none
 
 	syncMu sync.Mutex // serializes Sync
 
@@ -109,7 +123,7 @@ func validate(inner backends.Backend, opts Opts) error {
 
 // newBackend returns a Backend over a given table; tests pass a fake.
 func newBackend(inner backends.Backend, opts Opts, t table) *Backend {
-	return &Backend{inner: inner, family: opts.Family, table: t}
+	return &Backend{inner: inner, family: opts.Family, table: t, observer: opts.Observer}
 }
 
 // Sync syncs the wrapped backend and, only if that succeeded, deletes the
@@ -165,6 +179,9 @@ func (b *Backend) reconcile(ctx context.Context, s *backends.State) error {
 		b.stats.Failures++
 	}
 	b.mu.Unlock()
+	if b.observer != nil {
+		b.observer.Reconciled(s.Family, elapsed, uint64(deleted), err)
+	}
 
 	if err != nil {
 		return fmt.Errorf("%w: %s (%d entries deleted): %w", ErrCleanup, name, deleted, err)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/klog/v2/ktesting"
 
@@ -331,6 +332,43 @@ func TestCleanupFailure(t *testing.T) {
 	// The reconciler keeps no state: the next Sync simply runs again.
 	if err := b.Sync(ctx, dnsState()); err != nil {
 		t.Fatalf("second Sync: %v", err)
+	}
+}
+
+// observed records what an Observer is told.
+type observed struct {
+	family  backends.Family
+	deleted uint64
+	err     error
+}
+
+type observer []observed
+
+func (o *observer) Reconciled(family backends.Family, d time.Duration, deleted uint64, err error) {
+	*o = append(*o, observed{family, deleted, err})
+}
+
+// TestObserver: the Observer hears of every cleanup, failed ones included,
+// and of none when the wrapped backend failed.
+func TestObserver(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	var obs observer
+	inner := backendfake.New()
+	tbl := newFakeTable()
+	b := newBackend(inner, Opts{Family: backends.IPv4, Observer: &obs}, tbl)
+	boom := errors.New("netlink says no")
+
+	tbl.add(backends.IPv4, udp(dnsIP, 53, podOld, 5353), udp(dnsIP, 53, podOld, 5354))
+	_ = b.Sync(ctx, dnsState())
+	tbl.add(backends.IPv4, udp(dnsIP, 53, podOld, 5355))
+	tbl.failNext = boom
+	_ = b.Sync(ctx, dnsState())
+	inner.FailNextSync(errors.New("nft says no"))
+	_ = b.Sync(ctx, dnsState())
+
+	want := observer{{backends.IPv4, 2, nil}, {backends.IPv4, 1, boom}}
+	if !slices.Equal(obs, want) {
+		t.Errorf("observed %+v, want %+v", obs, want)
 	}
 }
 
