@@ -44,6 +44,19 @@ type ProxyOpts struct {
 	BindAddress string
 	// Listen opens Run's listener. Optional; default net.Listen.
 	Listen ListenFunc
+	// Observer is told the status code of every /healthz and /livez
+	// response, for metrics. Optional.
+	Observer Observer
+}
+
+// Observer counts a ProxyServer's responses, for upstream's metrics
+// proxy_healthz_total and proxy_livez_total. Its methods are called from
+// the server's goroutines and must be quick and never block.
+type Observer interface {
+	// Healthz is called with the status code of each /healthz response.
+	Healthz(code int)
+	// Livez is called with the status code of each /livez response.
+	Livez(code int)
 }
 
 // FamilyHealth is the health of one IP family's proxier.
@@ -187,28 +200,36 @@ func (s *ProxyServer) Handler() http.Handler {
 		h := s.Health()
 		eligible := s.NodeEligible()
 		h.NodeEligible = &eligible
-		writeProxyHealth(w, h, h.Healthy && eligible)
+		code := writeProxyHealth(w, h, h.Healthy && eligible)
+		if o := s.opts.Observer; o != nil {
+			o.Healthz(code)
+		}
 	})
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
 		h := s.Health()
-		writeProxyHealth(w, h, h.Healthy)
+		code := writeProxyHealth(w, h, h.Healthy)
+		if o := s.opts.Observer; o != nil {
+			o.Livez(code)
+		}
 	})
 	return mux
 }
 
-// writeProxyHealth writes h with status 200 if healthy, else 503.
-func writeProxyHealth(w http.ResponseWriter, h ProxyHealth, healthy bool) {
+// writeProxyHealth writes h with status 200 if healthy, else 503, and
+// returns the status.
+func writeProxyHealth(w http.ResponseWriter, h ProxyHealth, healthy bool) int {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	code := http.StatusServiceUnavailable
 	if healthy {
 		h.LastUpdated = h.CurrentTime
-		w.WriteHeader(http.StatusOK)
-	} else {
-		w.WriteHeader(http.StatusServiceUnavailable)
+		code = http.StatusOK
 	}
+	w.WriteHeader(code)
 	// ProxyHealth always marshals: times, bools and a string-keyed map.
 	body, _ := json.Marshal(h)
 	_, _ = w.Write(body)
+	return code
 }
 
 // Run listens on BindAddress and serves Handler until ctx is done, then

@@ -3,6 +3,8 @@ package healthcheck
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -196,6 +198,31 @@ func TestProxyHealth(t *testing.T) {
 				t.Errorf("IsHealthy() = %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// codes is an Observer that counts status codes per path.
+type codes map[string]int
+
+func (c codes) Healthz(code int) { c[fmt.Sprint("/healthz ", code)]++ }
+func (c codes) Livez(code int)   { c[fmt.Sprint("/livez ", code)]++ }
+
+// TestProxyObserver: the Observer gets the status of every /healthz and
+// /livez response, and of no other path.
+func TestProxyObserver(t *testing.T) {
+	got := codes{}
+	s, err := newProxyServer(ProxyOpts{HealthTimeout: timeout, Observer: got}, clocktesting.NewFakePassiveClock(t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/healthz", "/livez", "/livez", "/metrics"} {
+		get(s.Handler(), path)
+	}
+	s.SyncNode(readyNode())
+	get(s.Handler(), "/healthz")
+	want := codes{"/healthz 503": 1, "/healthz 200": 1, "/livez 200": 2}
+	if !maps.Equal(got, want) {
+		t.Errorf("observed %v, want %v", got, want)
 	}
 }
 
