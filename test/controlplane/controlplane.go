@@ -137,6 +137,9 @@ func Start(ctx context.Context, t testing.TB) *ControlPlane {
 		"--service-account-signing-key-file", filepath.Join(pkiDir, saPrivateKeyFile),
 		"--service-cluster-ip-range", ServiceCIDR+","+ServiceCIDR6,
 		"--authorization-mode", "RBAC",
+		// As kubeadm's: a node proxy's DaemonSet has a privileged init
+		// container (deploy/), which the default refuses.
+		"--allow-privileged=true",
 		// Otherwise the apiserver publishes its advertise address as the
 		// endpoint of the "kubernetes" Service, and loopback endpoints are
 		// invalid.

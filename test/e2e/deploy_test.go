@@ -1,0 +1,167 @@
+//go:build linux
+
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	fw "github.com/wasp-proxy/wasp/test/framework"
+)
+
+// The example overlay is what a cluster applies, with the lab's pod
+// ranges; it includes deploy/base.
+var deployDir = filepath.Join("..", "..", "deploy", "overlays", "example")
+
+// TestDeploy applies deploy's manifests to a real apiserver, every object
+// for real with strict field validation, then runs wasp with exactly the
+// role they grant: as the wasp ServiceAccount, with a token minted for it.
+func TestDeploy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	env := fw.Setup(ctx, t)
+	s := &suite{env: env, ctx: ctx}
+
+	objs, err := fw.Kustomize(deployDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Apply(ctx, "wasp-e2e", objs...); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := env.Client.AppsV1().DaemonSets("kube-system").Get(ctx, "wasp", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReferences(t, s, ds)
+
+	kubeconfig, saConfig, err := env.ServiceAccountKubeconfig(ctx, ds.Namespace, ds.Spec.Template.Spec.ServiceAccountName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("the role allows what wasp reads and nothing else", func(t *testing.T) { testRole(t, s, saConfig) })
+	t.Run("wasp programs a Service as its ServiceAccount", func(t *testing.T) { testRunAsServiceAccount(t, s, kubeconfig) })
+}
+
+// checkReferences checks that what the DaemonSet's pods would need exists
+// in its namespace: its ServiceAccount and every ConfigMap it names. A
+// kustomize name reference that was not rewritten (a generated name with
+// its hash) shows up here.
+func checkReferences(t *testing.T, s *suite, ds *appsv1.DaemonSet) {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
+	if _, err := s.env.Client.CoreV1().ServiceAccounts(ds.Namespace).Get(s.ctx, spec.ServiceAccountName, metav1.GetOptions{}); err != nil {
+		t.Errorf("DaemonSet %s: serviceAccountName: %v", ds.Name, err)
+	}
+	var configMaps []string
+	for _, v := range spec.Volumes {
+		if v.ConfigMap != nil {
+			configMaps = append(configMaps, v.ConfigMap.Name)
+		}
+	}
+	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+		for _, from := range c.EnvFrom {
+			if from.ConfigMapRef != nil {
+				configMaps = append(configMaps, from.ConfigMapRef.Name)
+			}
+		}
+	}
+	if len(configMaps) == 0 {
+		t.Errorf("DaemonSet %s names no ConfigMap", ds.Name)
+	}
+	for _, name := range configMaps {
+		if _, err := s.env.Client.CoreV1().ConfigMaps(ds.Namespace).Get(s.ctx, name, metav1.GetOptions{}); err != nil {
+			t.Errorf("DaemonSet %s: ConfigMap: %v", ds.Name, err)
+		}
+	}
+}
+
+// testRole asks the apiserver, with the ServiceAccount's own token, what
+// it may do: the reads of wasp's informers, and no write or secret.
+func testRole(t *testing.T, s *suite, cfg *rest.Config) {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type access = authorizationv1.ResourceAttributes
+	for _, tc := range []struct {
+		access
+		allowed bool
+	}{
+		{access{Verb: "list", Resource: "services"}, true},
+		{access{Verb: "watch", Resource: "services"}, true},
+		{access{Verb: "list", Group: "discovery.k8s.io", Resource: "endpointslices"}, true},
+		{access{Verb: "watch", Group: "discovery.k8s.io", Resource: "endpointslices"}, true},
+		{access{Verb: "list", Group: "networking.k8s.io", Resource: "servicecidrs"}, true},
+		{access{Verb: "watch", Group: "networking.k8s.io", Resource: "servicecidrs"}, true},
+		{access{Verb: "get", Resource: "nodes", Name: fw.ProxyNode}, true},
+		{access{Verb: "list", Resource: "nodes"}, true},
+		{access{Verb: "watch", Resource: "nodes"}, true},
+
+		{access{Verb: "list", Resource: "secrets"}, false},
+		{access{Verb: "get", Resource: "secrets", Namespace: "kube-system"}, false},
+		{access{Verb: "list", Resource: "configmaps", Namespace: "kube-system"}, false},
+		{access{Verb: "list", Resource: "pods"}, false},
+		{access{Verb: "get", Resource: "services", Namespace: "default", Name: "kubernetes"}, false},
+		{access{Verb: "update", Resource: "services", Namespace: "default"}, false},
+		{access{Verb: "patch", Resource: "services", Subresource: "status", Namespace: "default"}, false},
+		{access{Verb: "create", Group: "discovery.k8s.io", Resource: "endpointslices", Namespace: "default"}, false},
+		{access{Verb: "delete", Group: "discovery.k8s.io", Resource: "endpointslices", Namespace: "default"}, false},
+		{access{Verb: "patch", Resource: "nodes", Name: fw.ProxyNode}, false},
+		{access{Verb: "update", Resource: "nodes", Subresource: "status", Name: fw.ProxyNode}, false},
+		{access{Verb: "create", Group: "networking.k8s.io", Resource: "servicecidrs"}, false},
+		{access{Verb: "create", Resource: "events", Namespace: "default"}, false},
+		{access{Verb: "create", Group: "events.k8s.io", Resource: "events", Namespace: "default"}, false},
+		{access{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: "kube-system", Name: "wasp"}, false},
+		{access{Verb: "impersonate", Resource: "users"}, false},
+		{access{Verb: "escalate", Group: "rbac.authorization.k8s.io", Resource: "clusterroles"}, false},
+	} {
+		name := tc.Verb + " " + strings.Trim(tc.Group+"/"+tc.Resource+"/"+tc.Subresource, "/")
+		review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(s.ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &tc.access},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if review.Status.Allowed != tc.allowed {
+			t.Errorf("%s (namespace %q, name %q): allowed %v, want %v (%s)",
+				name, tc.Namespace, tc.Name, review.Status.Allowed, tc.allowed, review.Status.Reason)
+		}
+	}
+}
+
+// testRunAsServiceAccount runs wasp with the ServiceAccount's kubeconfig
+// and checks that it programs a Service, and that the apiserver refused
+// it nothing along the way.
+func testRunAsServiceAccount(t *testing.T, s *suite, kubeconfig string) {
+	args := slices.Clone(s.env.DefaultArgs())
+	i := slices.Index(args, "--kubeconfig")
+	if i < 0 {
+		t.Fatalf("wasp's default arguments %q have no --kubeconfig", args)
+	}
+	args[i+1] = kubeconfig
+	w := s.env.StartProcess(t, s.env.ProxyNS(), s.env.WaspBin, args...)
+
+	ns := s.namespace(t)
+	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "deployed", Namespace: ns, DualStack: true})
+	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "b-1")...)
+	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv6Protocol, fw.Ready("a-2")...)
+	waitFor(t, s.client(), "tcp", fw.ClusterIP(t, svc, v1.IPv4Protocol), 80, "a-1", "b-1")
+	waitFor(t, s.client(), "tcp", fw.ClusterIP(t, svc, v1.IPv6Protocol), 80, "a-2")
+
+	w.Stop()
+	if log := w.Log(); strings.Contains(log, "forbidden") {
+		t.Errorf("the apiserver refused wasp something its role should grant:\n%s", log)
+	}
+}
