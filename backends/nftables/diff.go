@@ -83,14 +83,14 @@ func Diff(old, new *Ruleset) *Transaction {
 	touched := map[elemID]bool{}
 	for _, fs := range [][]*Fragment{oldF, newF} {
 		for _, f := range fs {
-			for _, e := range f.Elements {
-				touched[elemID{e.Set, e.Key}] = true
+			for i := range f.elems {
+				touched[f.elems[i].id] = true
 			}
 		}
 	}
 	if len(recreated) > 0 {
 		new.elems.each(func(id elemID, _ elemValue) {
-			if recreated[id.set] {
+			if recreated[id.setName()] {
 				touched[id] = true
 			}
 		})
@@ -99,11 +99,12 @@ func Diff(old, new *Ruleset) *Transaction {
 	for id := range touched {
 		ov, oldHas := old.elems.value(id)
 		nv, newHas := new.elems.value(id)
-		if oldHas && !deleted[id.set] && (!newHas || ov != nv) {
-			delElems = append(delElems, Element{Set: id.set, Key: id.key, Value: ov.verdict, To: ov.to})
+		gone := deleted[id.setName()]
+		if oldHas && !gone && (!newHas || ov != nv) {
+			delElems = append(delElems, id.element(ov))
 		}
-		if newHas && (!oldHas || deleted[id.set] || ov != nv) {
-			addElems = append(addElems, Element{Set: id.set, Key: id.key, Value: nv.verdict, To: nv.to})
+		if newHas && (!oldHas || gone || ov != nv) {
+			addElems = append(addElems, id.element(nv))
 		}
 	}
 
@@ -221,7 +222,7 @@ func rebuild(inv *inventory, rs *Ruleset) *Transaction {
 	}
 	elems := make([]Element, 0, rs.elems.len())
 	rs.elems.each(func(id elemID, v elemValue) {
-		elems = append(elems, Element{Set: id.set, Key: id.key, Value: v.verdict, To: v.to})
+		elems = append(elems, id.element(v))
 	})
 	specs := make(map[string]*Set, len(sets))
 	for _, s := range sets {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"strings"
+	"sync"
 
 	"github.com/wasp-proxy/wasp/backends"
 )
@@ -117,14 +118,23 @@ type bucketClass struct {
 	w     uint32
 }
 
-// name is the bucket chain's name and that of its address map.
+// name is the bucket chain's name and that of its address map. Every
+// policy chain and bucket element refers to one: the names are made once
+// and shared.
 func (c bucketClass) name() string {
+	if n, ok := bucketNames.Load(c); ok {
+		return n.(string)
+	}
 	kind := "cluster-"
 	if c.local {
 		kind = "local-"
 	}
-	return bucketChainPrefix + kind + itoa(uint64(c.w))
+	n, _ := bucketNames.LoadOrStore(c, bucketChainPrefix+kind+itoa(uint64(c.w)))
+	return n.(string)
 }
+
+// bucketNames caches bucketClass.name; it holds at most 2 × maxBuckets.
+var bucketNames sync.Map
 
 func (c bucketClass) compare(o bucketClass) int {
 	if c.local != o.local {

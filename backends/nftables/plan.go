@@ -30,6 +30,8 @@ type planner struct {
 	wide  stateWide
 	cache map[string]*cached // by service key
 	last  *Ruleset           // the last plan, whose element index the next one starts from
+
+	scratch []elem // where service builds a fragment's elements
 }
 
 type cached struct {
@@ -235,7 +237,7 @@ func (p *planner) global(s *backends.State, classes map[bucketClass]bool) *Fragm
 	} else {
 		f.Sets = append(f.Sets, &Set{Name: nodePortIPsSet, Key: []KeyType{addr}, Comment: "IPs that accept NodePort traffic"})
 		for _, a := range nodePortIPs {
-			f.Elements = append(f.Elements, Element{Set: nodePortIPsSet, Key: ElemKey{Addr: a}})
+			f.addElement(Element{Set: nodePortIPsSet, Key: ElemKey{Addr: a}})
 		}
 		nodePortMatch = []Expr{SetMatch{fam, DAddr, nodePortIPsSet}}
 		noEndpointNodePortMatch = nodePortMatch
@@ -287,7 +289,12 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 	fam := p.cfg.family
 	names := newServiceNames(svc)
 	proto := protoNumber(svc.Protocol)
-	f := &Fragment{Key: svc.Key}
+	f := &Fragment{Key: svc.Key, elems: p.scratch[:0]}
+	defer func() {
+		// Kept for as long as the service port does not change: exactly
+		// sized, the scratch buffer left for the next.
+		p.scratch, f.elems = f.elems, slices.Clone(f.elems)
+	}()
 
 	hasEndpoints := svc.HasAnyEndpoints
 	usesCluster := len(svc.Cluster) > 0
@@ -313,7 +320,7 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 
 	dispatch := func(a netip.Addr) ElemKey { return ElemKey{Addr: a, Proto: proto, Port: svc.Port} }
 	elem := func(set string, k ElemKey, v Verdict) {
-		f.Elements = append(f.Elements, Element{Set: set, Key: k, Value: v})
+		f.addElement(Element{Set: set, Key: k, Value: v})
 	}
 
 	// ClusterIP.
@@ -490,13 +497,13 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 			ep := &pc.list[i]
 			to := netip.AddrPortFrom(ep.Addr, ep.Port)
 			// Hairpin: a pod reaching itself through the service.
-			f.Elements = append(f.Elements, Element{Set: hairpinSet, Key: ElemKey{Addr: ep.Addr, Addr2: ep.Addr}})
+			f.addElement(Element{Set: hairpinSet, Key: ElemKey{Addr: ep.Addr, Addr2: ep.Addr}})
 			for b := t.Lo; b <= t.Hi; b++ {
 				for _, a := range addrs {
-					f.Elements = append(f.Elements, Element{Set: bc.name(), Key: ElemKey{Addr: a, Proto: proto, Port: svc.Port, Bucket: b}, To: to})
+					f.addElement(Element{Set: bc.name(), Key: ElemKey{Addr: a, Proto: proto, Port: svc.Port, Bucket: b}, To: to})
 				}
 				if nodePort != 0 {
-					f.Elements = append(f.Elements, Element{Set: bc.name() + bucketNodePorts, Key: ElemKey{Proto: proto, Port: nodePort, Bucket: b}, To: to})
+					f.addElement(Element{Set: bc.name() + bucketNodePorts, Key: ElemKey{Proto: proto, Port: nodePort, Bucket: b}, To: to})
 				}
 			}
 		}

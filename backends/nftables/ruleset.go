@@ -31,17 +31,24 @@ type Ruleset struct {
 // Fragment is a group of objects planned together: the table-wide ones,
 // or one service port's chains, affinity sets and map elements.
 type Fragment struct {
-	Key      string // service port key; "" for the global fragment
-	Chains   []*Chain
-	Sets     []*Set
-	Elements []Element
+	Key    string // service port key; "" for the global fragment
+	Chains []*Chain
+	Sets   []*Set
 
+	elems   []elem        // the elements of named sets and maps, packed (see elem)
 	classes []bucketClass // the bucket chains the fragment's policy chains go to
 }
 
-type elemID struct {
-	set string
-	key ElemKey
+// addElement adds e to f.
+func (f *Fragment) addElement(e Element) { f.elems = append(f.elems, packElem(e)) }
+
+// Elements returns f's elements.
+func (f *Fragment) Elements() []Element {
+	out := make([]Element, len(f.elems))
+	for i := range f.elems {
+		out[i] = f.elems[i].element()
+	}
+	return out
 }
 
 // claim says which fragments claim an element's key: the first in Key
@@ -52,7 +59,7 @@ type elemID struct {
 // the map without an allocation each.
 type claim struct {
 	owner *Fragment   // nil in an overlay: deleted
-	elem  int         // the element's index in owner.Elements
+	elem  int         // the element's index in owner.elems
 	more  *[]claimant // nil but for a key several fragments claim
 }
 
@@ -61,7 +68,7 @@ type claimant struct {
 	elem int
 }
 
-func (c *claim) value() elemValue { return c.owner.Elements[c.elem].value() }
+func (c *claim) value() elemValue { return c.owner.elems[c.elem].value() }
 
 // others returns the fragments but the owner that claim the key.
 func (c *claim) others() []claimant {
@@ -128,8 +135,7 @@ func claims(cs []claimant, f *Fragment) bool {
 
 // add records f's claim of its element k in the overlay.
 func (x *elemIndex) add(f *Fragment, k int) {
-	e := &f.Elements[k]
-	id := elemID{e.Set, e.Key}
+	id := f.elems[k].id
 	old, ok := x.get(id)
 	if !ok {
 		x.over[id] = claim{owner: f, elem: k}
@@ -149,9 +155,8 @@ func (x *elemIndex) add(f *Fragment, k int) {
 	x.over[id] = c.withOthers(more)
 }
 
-// remove records that f no longer claims e, in the overlay.
-func (x *elemIndex) remove(f *Fragment, e *Element) {
-	id := elemID{e.Set, e.Key}
+// remove records that f no longer claims its element id, in the overlay.
+func (x *elemIndex) remove(f *Fragment, id elemID) {
 	old, ok := x.get(id)
 	if !ok {
 		return
@@ -173,15 +178,14 @@ func (x *elemIndex) remove(f *Fragment, e *Element) {
 
 // index builds rs.elems from the fragments.
 func (rs *Ruleset) index() {
-	n := len(rs.Global.Elements)
+	n := len(rs.Global.elems)
 	for _, f := range rs.Services {
-		n += len(f.Elements)
+		n += len(f.elems)
 	}
 	x := elemIndex{base: make(map[elemID]claim, n)}
 	add := func(f *Fragment) {
-		for i := range f.Elements {
-			e := &f.Elements[i]
-			id := elemID{e.Set, e.Key}
+		for i := range f.elems {
+			id := f.elems[i].id
 			c, taken := x.base[id]
 			switch {
 			case !taken:
@@ -215,10 +219,10 @@ func (rs *Ruleset) indexFrom(prev *Ruleset) {
 	gone, added := changedFragments(prev, rs)
 	changed := 0
 	for _, f := range gone {
-		changed += len(f.Elements)
+		changed += len(f.elems)
 	}
 	for _, f := range added {
-		changed += len(f.Elements)
+		changed += len(f.elems)
 	}
 	// Past this, an overlay costs more than a new index.
 	if limit := 1024 + len(x.base)/64; changed+len(x.over) > limit {
@@ -226,12 +230,12 @@ func (rs *Ruleset) indexFrom(prev *Ruleset) {
 		return
 	}
 	for _, f := range gone {
-		for k := range f.Elements {
-			x.remove(f, &f.Elements[k])
+		for k := range f.elems {
+			x.remove(f, f.elems[k].id)
 		}
 	}
 	for _, f := range added {
-		for k := range f.Elements {
+		for k := range f.elems {
 			x.add(f, k)
 		}
 	}
@@ -251,7 +255,8 @@ func (rs *Ruleset) Dump() string {
 		v.sets = append(v.sets, f.Sets...)
 	}
 	rs.elems.each(func(id elemID, val elemValue) {
-		v.elems[id.set] = append(v.elems[id.set], Element{Set: id.set, Key: id.key, Value: val.verdict, To: val.to})
+		e := id.element(val)
+		v.elems[e.Set] = append(v.elems[e.Set], e)
 	})
 	var b strings.Builder
 	v.render(&b)
