@@ -18,7 +18,10 @@
 //     ClusterIP, polled with a new connection every few milliseconds from
 //     inside the proxy's node namespace; before each, the proxy rests two
 //     minimum sync periods so that its rate limiter's burst is full;
-//   - VmRSS and VmHWM of the proxy process;
+//   - VmRSS and VmHWM of the proxy process, 30 s after the last change had
+//     been programmed and the proxy had gone idle: the resident size it
+//     keeps, as a dashboard shows it (kube-proxy's periodic resync, every
+//     30 s, may fall in that time: it is part of its steady state);
 //   - the dataplane: TCP connect and one request round trip from the client
 //     namespace through the ClusterIP, against the same straight to the pod.
 //

@@ -6,6 +6,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,6 +39,9 @@ type proxy struct {
 	marker string // see waspSyncMarker
 	bin    string
 	args   []string
+	// profiling is the address of the proxy's /debug/pprof/ inside its
+	// node namespace; "": not served.
+	profiling string
 }
 
 // kubeProxyConfig is upstream kube-proxy's configuration: nftables mode,
@@ -85,18 +91,62 @@ func newKubeProxy(t *testing.T, env *fw.Env, bin, node string, pods [2]string, m
 
 // newWasp prepares wasp on the framework's proxy node with the framework's
 // flags (which give -v 2), but kube-proxy's minimum sync period: the
-// framework's 100ms would favour wasp.
-func newWasp(env *fw.Env, pods [2]string, minSync time.Duration) *proxy {
+// framework's 100ms would favour wasp. With profiling, wasp serves its
+// profiles on the node's loopback.
+func newWasp(env *fw.Env, pods [2]string, minSync time.Duration, profiling bool) *proxy {
 	args := env.DefaultArgs()
 	if i := slices.Index(args, "--min-sync-period"); i >= 0 && i+1 < len(args) {
 		args[i+1] = minSync.String()
 	} else {
 		args = append(args, "--min-sync-period", minSync.String())
 	}
-	return &proxy{
+	p := &proxy{
 		name: "wasp", node: env.Cluster.Node(fw.ProxyNode), pods: pods,
 		marker: waspSyncMarker, bin: env.WaspBin, args: args,
 	}
+	if profiling {
+		p.profiling = "127.0.0.1:6060"
+		p.args = append(p.args, "--profiling-bind-address", p.profiling)
+	}
+	return p
+}
+
+// saveHeapProfile writes the heap profile that the proxy serves at addr
+// inside ns to base.heap, and the same in text with the runtime's memory
+// statistics to base.heap.txt.
+func saveHeapProfile(ctx context.Context, ns *netlab.NS, addr, base string) error {
+	c := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return ns.Dial(ctx, network, addr)
+		},
+	}}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
+		return err
+	}
+	for _, f := range []struct{ query, path string }{{"", base + ".heap"}, {"?debug=1", base + ".heap.txt"}} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/heap"+f.query, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", req.URL, resp.Status)
+		}
+		if err := os.WriteFile(f.path, b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // start runs the proxy in its node's namespace until t ends or stop.

@@ -26,17 +26,18 @@ import (
 
 // config is what the environment asks for; see the package documentation.
 type config struct {
-	sizes   []int
-	proxies []string
-	conns   int // sequential connections per dataplane path
-	repeat  int // new Services and endpoint changes measured per size
-	minSync time.Duration
-	out     string
-	logs    string // directory to keep the proxies' logs in
+	sizes    []int
+	proxies  []string
+	conns    int // sequential connections per dataplane path
+	repeat   int // new Services and endpoint changes measured per size
+	minSync  time.Duration
+	out      string
+	logs     string // directory to keep the proxies' logs in
+	profiles string // directory to keep wasp's heap profiles in
 }
 
 func configFromEnv() (config, error) {
-	c := config{proxies: []string{"wasp", "kube-proxy"}, conns: 3000, repeat: 3, out: os.Getenv("WASP_PERF_OUT"), logs: os.Getenv("WASP_PERF_LOGS")}
+	c := config{proxies: []string{"wasp", "kube-proxy"}, conns: 3000, repeat: 3, out: os.Getenv("WASP_PERF_OUT"), logs: os.Getenv("WASP_PERF_LOGS"), profiles: os.Getenv("WASP_PERF_PROFILES")}
 	var err error
 	// Both proxies' default; both get the same.
 	if c.minSync, err = time.ParseDuration(envOr("WASP_PERF_MIN_SYNC_PERIOD", "1s")); err != nil || c.minSync < 0 {
@@ -91,6 +92,7 @@ const (
 	changeLimit  = 5 * time.Minute  // API call until a change answers
 	quietLimit   = 3 * time.Minute  // waiting for a proxy to go idle
 	syncLogLimit = 30 * time.Second // answer until the sync line is in the log
+	settle       = 30 * time.Second // last change until the resident size is read
 )
 
 // result holds what was measured for one proxy at one size.
@@ -153,7 +155,7 @@ func TestScale(t *testing.T) {
 	for _, name := range cfg.proxies {
 		switch name {
 		case "wasp":
-			proxies = append(proxies, newWasp(env, [2]string{fw.PodsA[0], fw.PodsA[1]}, cfg.minSync))
+			proxies = append(proxies, newWasp(env, [2]string{fw.PodsA[0], fw.PodsA[1]}, cfg.minSync, cfg.profiles != ""))
 		case "kube-proxy":
 			proxies = append(proxies, newKubeProxy(t, env, kubeProxyBin, fw.OtherNode, [2]string{fw.PodsB[0], fw.PodsB[1]}, cfg.minSync))
 		}
@@ -279,12 +281,23 @@ func measure(ctx context.Context, t *testing.T, env *fw.Env, p *proxy, steady *v
 		quiet(ctx, t, proc)
 	}
 
-	// Memory of the proxy process itself (nsenter execs it: same PID).
+	// Memory of the proxy process itself (nsenter execs it: same PID), in
+	// the steady state a dashboard shows: settled after the last change.
+	time.Sleep(settle)
 	if c, want := comm(proc.Pid()), filepath.Base(p.bin); !strings.HasPrefix(want, c) || c == "" {
 		t.Fatalf("pid %d is %q, not %s", proc.Pid(), c, want)
 	}
 	if r.rss, r.hwm, err = memory(proc.Pid()); err != nil {
 		t.Fatal(err)
+	}
+	if p.profiling != "" && cfg.profiles != "" {
+		base := filepath.Join(cfg.profiles, fmt.Sprintf("%s-%d", p.name, r.size))
+		if err := saveHeapProfile(ctx, node, p.profiling, base); err != nil {
+			t.Errorf("heap profile: %v", err)
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", proc.Pid())); err == nil {
+			_ = os.WriteFile(base+".smaps", b, 0o644)
+		}
 	}
 
 	// Dataplane: from the client, through this proxy's node, to the
