@@ -37,5 +37,7 @@
 // measured per size, default 3), WASP_PERF_MIN_SYNC_PERIOD (both proxies'
 // minimum sync period, default 1s, their common default), WASP_PERF_OUT
 // (also write the table to this file), WASP_PERF_LOGS (keep the proxies'
-// logs in this directory). See test/README.md.
+// logs in this directory), WASP_PERF_PROFILES (keep wasp's heap profile
+// and memory maps, taken when its memory is read, in this directory). See
+// test/README.md.
 package perf
