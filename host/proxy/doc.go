@@ -40,7 +40,14 @@
 // Health and ServiceHealth, both optional, are the hooks of the health
 // servers: queued and synced updates per family, the local Node, and after
 // each successful sync the health-check node ports and local Ready
-// endpoint counts. Stats carries what metrics need.
+// endpoint counts. Metrics, optional too, is the hook of upstream's
+// kubeproxy_* metrics: it hears of every Service and EndpointSlice event,
+// of the changes pending, and after every sync gets a SyncReport (full or
+// partial, duration, each family's outcome, the ports without local
+// endpoints, and how long each EndpointSlice change took from its
+// endpoints.kubernetes.io/last-change-trigger-time to the dataplane; the
+// informers keep that one annotation of EndpointSlices for it). Stats
+// carries running counts.
 //
 // There is no maxInterval run (upstream's hourly sync).
 //

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"maps"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -98,4 +99,70 @@ func (h *fakeServiceHealth) last() (map[types.NamespacedName]uint16, map[types.N
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return maps.Clone(h.services), maps.Clone(h.endpoints), h.calls
+}
+
+// fakeMetrics records the Metrics calls; QueuedUpdate as fakeHealth.
+type fakeMetrics struct {
+	fakeHealth
+	mu                            sync.Mutex
+	serviceEvents, sliceEvents    int
+	pendingServices, pendingSlice int
+	reports                       []SyncReport
+}
+
+var _ Metrics = (*fakeMetrics)(nil)
+
+func (m *fakeMetrics) ServiceEvent() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.serviceEvents++
+}
+
+func (m *fakeMetrics) EndpointSliceEvent() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sliceEvents++
+}
+
+func (m *fakeMetrics) PendingChanges(services, endpointSlices int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pendingServices, m.pendingSlice = services, endpointSlices
+}
+
+func (m *fakeMetrics) Synced(r *SyncReport) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := *r
+	c.Families = slices.Clone(r.Families)
+	m.reports = append(m.reports, c)
+}
+
+// lastReport returns the last SyncReport and how many there were.
+func (m *fakeMetrics) lastReport() (SyncReport, int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.reports) == 0 {
+		return SyncReport{}, 0
+	}
+	return m.reports[len(m.reports)-1], len(m.reports)
+}
+
+// find returns the first SyncReport for which ok holds.
+func (m *fakeMetrics) find(ok func(SyncReport) bool) (SyncReport, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.reports {
+		if ok(r) {
+			return r, true
+		}
+	}
+	return SyncReport{}, false
+}
+
+// counts returns the event counts and the last pending numbers.
+func (m *fakeMetrics) counts() (serviceEvents, sliceEvents, pendingServices, pendingSlices int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.serviceEvents, m.sliceEvents, m.pendingServices, m.pendingSlice
 }

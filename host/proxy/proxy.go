@@ -74,6 +74,8 @@ type Opts struct {
 	// ServiceHealth gets the health-check node ports and local endpoint
 	// counts after each successful sync. Optional.
 	ServiceHealth ServiceHealth
+	// Metrics is told about changes and syncs. Optional.
+	Metrics Metrics
 	// AfterFullSync is called after every successful full sync, on the
 	// sync goroutine, before the next sync can start. A full sync is the
 	// peak of the proxy's memory use and rare; wasp run returns the freed
@@ -170,6 +172,7 @@ func newProxy(opts Opts, c clock.Clock) (*Proxy, error) {
 		opts.RetryPeriod = DefaultRetryPeriod
 	}
 	p := &Proxy{opts: opts, clock: c}
+	p.tracker.metrics, p.tracker.start = opts.Metrics, c.Now()
 	p.families = slices.SortedFunc(maps.Keys(opts.Backends), func(a, b backends.Family) int { return cmp.Compare(a, b) })
 	for _, f := range p.families {
 		kf, _ := state.KubernetesFamily(f)
@@ -204,6 +207,11 @@ func (p *Proxy) queue() {
 		if h := p.opts.Health; h != nil {
 			for _, f := range p.families {
 				h.QueuedUpdate(f)
+			}
+		}
+		if m := p.opts.Metrics; m != nil {
+			for _, f := range p.families {
+				m.QueuedUpdate(f)
 			}
 		}
 		p.statsMu.Lock()
@@ -366,9 +374,10 @@ func serviceOf(sp *model.ServicePort) types.NamespacedName {
 // the server-side apply bookkeeping (often the largest part of an object
 // in a real cluster), the last-applied-configuration annotation (a copy of
 // the whole object; host/model never shows it to modules), and of an
-// EndpointSlice its annotations and each endpoint's targetRef, hostname
-// and deprecatedTopology. At 100k endpoints that is tens of MiB.
-// Anything else passes through unchanged.
+// EndpointSlice its annotations but the last-change-trigger-time (for
+// Metrics) and each endpoint's targetRef, hostname and deprecatedTopology.
+// At 100k endpoints that is tens of MiB. Anything else passes through
+// unchanged.
 func slim(obj any) (any, error) {
 	m, ok := obj.(metav1.Object)
 	if !ok {
@@ -379,7 +388,11 @@ func slim(obj any) (any, error) {
 		delete(a, v1.LastAppliedConfigAnnotation)
 	}
 	if es, ok := obj.(*discoveryv1.EndpointSlice); ok {
-		es.Annotations = nil
+		if at, ok := es.Annotations[v1.EndpointsLastChangeTriggerTime]; !ok {
+			es.Annotations = nil
+		} else if len(es.Annotations) > 1 {
+			es.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: at}
+		}
 		for i := range es.Endpoints {
 			ep := &es.Endpoints[i]
 			ep.TargetRef, ep.Hostname, ep.DeprecatedTopology = nil, nil, nil

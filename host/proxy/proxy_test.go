@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net/netip"
 	"reflect"
@@ -501,6 +502,90 @@ func TestServiceHealth(t *testing.T) {
 	}
 }
 
+// TestMetrics: Metrics hears of the events, the queued updates and every
+// sync: full or partial, how long, the outcome of each family's backend,
+// the ports without local endpoints, and how long after its trigger time
+// an EndpointSlice change was programmed.
+func TestMetrics(t *testing.T) {
+	// default/local: internal traffic policy Local; default/lb: a
+	// LoadBalancer with external traffic policy Local; both with endpoints
+	// on node-b only.
+	local := service("local", "10.96.0.12", nil)
+	local.Spec.InternalTrafficPolicy = ptr(v1.ServiceInternalTrafficPolicyLocal)
+	lb := service("lb", "10.96.0.13", nil)
+	lb.Spec.Type = v1.ServiceTypeLoadBalancer
+	lb.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+	lb.Spec.Ports[0].NodePort = 30080
+	client := fake.NewClientset(node(),
+		service("web", "10.96.0.10", nil), slice("web", "10.244.1.10"),
+		local, slice("local", "10.244.1.12"), lb, slice("lb", "10.244.1.13"))
+	be, m := backendfake.New(), &fakeMetrics{}
+	startWith(t, Opts{Client: client, Backends: map[backends.Family]backends.Backend{backends.IPv4: be}, Metrics: m})
+	waitFor(t, "the first sync", func() bool { _, n := m.lastReport(); return n == 1 })
+	r, _ := m.lastReport()
+	want := FamilySync{Family: backends.IPv4, ServicePorts: 3, NoLocalInternal: 1, NoLocalExternal: 1}
+	if !r.Full || r.Evaluated != 3 || r.Err != nil || len(r.Families) != 1 || !reflect.DeepEqual(r.Families[0], want) {
+		t.Errorf("first sync: %+v; want a full sync of 3 ports and %+v", r, want)
+	}
+	if se, le, ps, pl := m.counts(); se != 3 || le != 3 || ps != 0 || pl != 0 {
+		t.Errorf("after the first sync: events %d services, %d slices; pending %d, %d; want 3, 3; 0, 0", se, le, ps, pl)
+	}
+	if q := m.queuedCount(backends.IPv4); q < 1 {
+		t.Errorf("QueuedUpdate called %d times; want at least once", q)
+	}
+
+	// An endpoint change with a trigger time: a partial sync reports how
+	// long after it the change was programmed.
+	trigger := time.Now()
+	es := slice("web", "10.244.1.10", "10.244.2.10")
+	es.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: trigger.Format(time.RFC3339Nano)}
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(context.Background(), es, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second sync", func() bool { _, n := m.lastReport(); return n == 2 })
+	r, _ = m.lastReport()
+	if r.Full || r.Evaluated != 1 || len(r.Families) != 1 || len(r.Families[0].NetworkProgramming) != 1 {
+		t.Fatalf("after an EndpointSlice change: %+v; want a partial sync of 1 port and 1 network programming duration", r)
+	}
+	if d := r.Families[0].NetworkProgramming[0]; d < 0 || d > time.Since(trigger) {
+		t.Errorf("network programming duration %v; want between 0 and the time since the trigger", d)
+	}
+
+	// A failing backend is reported with its error, and its changes were
+	// not programmed unless only housekeeping failed.
+	for i, tt := range []struct {
+		err        error
+		programmed bool
+	}{
+		{errors.New("nft says no"), false},
+		{fmt.Errorf("conntrack cleanup: %w", backends.ErrHousekeeping), true},
+	} {
+		be.FailNextSync(tt.err)
+		es = slice("web", "10.244.1.10", fmt.Sprintf("10.244.3.%d", i))
+		es.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: time.Now().Format(time.RFC3339Nano)}
+		if _, err := client.DiscoveryV1().EndpointSlices("default").Update(context.Background(), es, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var failed FamilySync
+		waitFor(t, "the failed sync", func() bool {
+			r, ok := m.find(func(r SyncReport) bool { return len(r.Families) == 1 && r.Families[0].Err == tt.err })
+			if ok {
+				failed = r.Families[0]
+			}
+			return ok
+		})
+		if failed.Programmed() != tt.programmed || (len(failed.NetworkProgramming) == 1) != tt.programmed {
+			t.Errorf("backend error %q: %+v; want programmed %v, with a programming duration if so", tt.err, failed, tt.programmed)
+		}
+		if !tt.programmed {
+			waitFor(t, "a sync after the failed one", func() bool {
+				r, _ := m.lastReport()
+				return r.Families[0].Err == nil
+			})
+		}
+	}
+}
+
 func TestSlim(t *testing.T) {
 	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo",
 		Annotations:   map[string]string{"wasp.dev/x": "kept", v1.LastAppliedConfigAnnotation: "{...}"},
@@ -527,14 +612,25 @@ func TestSlim(t *testing.T) {
 		}},
 	}
 	want := slice.DeepCopy()
-	want.Annotations = nil
 	want.Endpoints[0].TargetRef, want.Endpoints[0].Hostname, want.Endpoints[0].DeprecatedTopology = nil, nil, nil
-	got, err = slim(slice)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("slim(slice) = %+v\nwant %+v", got, want)
+	for _, tt := range []struct {
+		name        string
+		annotations map[string]string
+		want        map[string]string
+	}{
+		{"trigger time only", map[string]string{v1.EndpointsLastChangeTriggerTime: "now"}, map[string]string{v1.EndpointsLastChangeTriggerTime: "now"}},
+		{"trigger time and more", map[string]string{v1.EndpointsLastChangeTriggerTime: "now", "example.com/x": "y"}, map[string]string{v1.EndpointsLastChangeTriggerTime: "now"}},
+		{"no trigger time", map[string]string{"example.com/x": "y"}, nil},
+	} {
+		in := slice.DeepCopy()
+		in.Annotations, want.Annotations = tt.annotations, tt.want
+		got, err = slim(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: slim(slice) = %+v\nwant %+v", tt.name, got, want)
+		}
 	}
 
 	// Tombstones and other non-objects pass through.

@@ -82,10 +82,17 @@ func (p *Proxy) sync(ctx context.Context) error {
 	}
 	if err != nil {
 		logger.Error(err, "Listing cluster objects failed; will retry", "retryIn", p.opts.RetryPeriod)
-		p.finish(start, full, evaluated, false, 1)
+		elapsed := p.finish(start, full, evaluated, false, 1)
+		if m := p.opts.Metrics; m != nil {
+			m.Synced(&SyncReport{Full: full, Duration: elapsed, Evaluated: evaluated, Err: err})
+		}
 		return err
 	}
 
+	var report *SyncReport
+	if p.opts.Metrics != nil {
+		report = &SyncReport{Full: full, Evaluated: evaluated, Families: make([]FamilySync, 0, len(p.families))}
+	}
 	var failed error
 	failures := 0
 	for i, f := range p.families {
@@ -96,7 +103,11 @@ func (p *Proxy) sync(ctx context.Context) error {
 			MasqueradeAll:     p.opts.State.MasqueradeAll,
 		}, nil, nil)
 		s.Services = p.sorted[i]
-		if err := p.opts.Backends[f].Sync(ctx, s); err != nil {
+		err := p.opts.Backends[f].Sync(ctx, s)
+		if report != nil {
+			report.Families = append(report.Families, p.familySync(s, err, ch.triggers))
+		}
+		if err != nil {
 			failures++
 			logger.Error(err, "Backend sync failed; will retry", "ipFamily", familyName(f), "retryIn", p.opts.RetryPeriod)
 			failed = err
@@ -112,6 +123,10 @@ func (p *Proxy) sync(ctx context.Context) error {
 		p.syncServiceHealth()
 	}
 	elapsed := p.finish(start, full, evaluated, failed == nil, failures)
+	if report != nil {
+		report.Duration = elapsed
+		p.opts.Metrics.Synced(report)
+	}
 	logger.V(2).Info("Sync done", "full", full, "evaluated", evaluated, "services", len(p.cache), "elapsed", elapsed)
 	if full && failed == nil && p.opts.AfterFullSync != nil {
 		p.opts.AfterFullSync()
@@ -143,6 +158,47 @@ func (p *Proxy) finish(start time.Time, full bool, evaluated int, ok bool, failu
 		s.LastSynced = now
 	}
 	return s.LastSyncDuration
+}
+
+// familySync reports a family's backend Sync of s, which returned err,
+// for Metrics; triggers are the trigger times of the changes the sync
+// took.
+func (p *Proxy) familySync(s *backends.State, err error, triggers map[serviceFamily][]time.Time) FamilySync {
+	fs := FamilySync{Family: s.Family, Err: err, ServicePorts: len(s.Services)}
+	fs.NoLocalInternal, fs.NoLocalExternal = noLocalEndpoints(s.Services)
+	if !fs.Programmed() {
+		return fs
+	}
+	now := p.clock.Now()
+	for k, times := range triggers {
+		if k.family != s.Family {
+			continue
+		}
+		for _, at := range times {
+			fs.NetworkProgramming = append(fs.NetworkProgramming, now.Sub(at))
+		}
+	}
+	return fs
+}
+
+// noLocalEndpoints counts the service ports whose internal, and whose
+// external, traffic policy is Local and drops that traffic: the port has
+// endpoints, but no local one to use. It is upstream's count, on the
+// decision of the module chain.
+func noLocalEndpoints(svcs []backends.Service) (internal, external int) {
+	for i := range svcs {
+		s := &svcs[i]
+		if !s.HasAnyEndpoints || len(s.Local) > 0 {
+			continue
+		}
+		if s.InternalPolicyLocal {
+			internal++
+		}
+		if s.ExternalPolicyLocal {
+			external++
+		}
+	}
+	return internal, external
 }
 
 // evaluate brings the cache up to date, evaluating every port when *full

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/wasp-proxy/wasp/backends"
 	"github.com/wasp-proxy/wasp/host/model"
 )
 
@@ -28,6 +30,22 @@ type changes struct {
 	// serviceCIDRs: a ServiceCIDR object changed; every State changes,
 	// no port needs evaluating.
 	serviceCIDRs bool
+
+	// Kept for Metrics only, when the tracker has one.
+	//
+	// serviceObjects are the Services whose object changed.
+	serviceObjects map[types.NamespacedName]struct{}
+	// sliceChanges counts the EndpointSlice events that changed something.
+	sliceChanges int
+	// triggers are the last-change-trigger-times of the EndpointSlices
+	// that changed, per Service and family.
+	triggers map[serviceFamily][]time.Time
+}
+
+// serviceFamily names one family's part of a Service.
+type serviceFamily struct {
+	service types.NamespacedName
+	family  backends.Family
 }
 
 // tracker records changes from informer events. Each on* method is given
@@ -37,6 +55,13 @@ type changes struct {
 type tracker struct {
 	mu sync.Mutex
 	c  changes
+
+	// metrics, optional, is told about the events and the pending
+	// changes. Trigger times before start, when the Proxy was created,
+	// are of changes made before it ran, and are not kept: the first
+	// sync would report how long wasp was not running.
+	metrics Metrics
+	start   time.Time
 }
 
 // take returns the changes recorded so far and starts afresh.
@@ -45,6 +70,9 @@ func (t *tracker) take() changes {
 	defer t.mu.Unlock()
 	c := t.c
 	t.c = changes{}
+	if t.metrics != nil {
+		t.metrics.PendingChanges(0, 0)
+	}
 	return c
 }
 
@@ -64,6 +92,10 @@ func (t *tracker) markFull() {
 func (t *tracker) markServices(names ...types.NamespacedName) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.markServicesLocked(names...)
+}
+
+func (t *tracker) markServicesLocked(names ...types.NamespacedName) {
 	if t.c.services == nil {
 		t.c.services = map[types.NamespacedName]struct{}{}
 	}
@@ -72,13 +104,31 @@ func (t *tracker) markServices(names ...types.NamespacedName) {
 	}
 }
 
+// pendingChangedLocked tells Metrics what waits for the next sync.
+func (t *tracker) pendingChangedLocked() {
+	t.metrics.PendingChanges(len(t.c.serviceObjects), t.c.sliceChanges)
+}
+
 // onService records a Service event.
 func (t *tracker) onService(old, new *v1.Service) bool {
+	if t.metrics != nil {
+		t.metrics.ServiceEvent()
+	}
 	if old != nil && new != nil && !serviceChanged(old, new) {
 		return false
 	}
 	o := cmpOr(new, old)
-	t.markServices(types.NamespacedName{Namespace: o.Namespace, Name: o.Name})
+	name := types.NamespacedName{Namespace: o.Namespace, Name: o.Name}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.markServicesLocked(name)
+	if t.metrics != nil {
+		if t.c.serviceObjects == nil {
+			t.c.serviceObjects = map[types.NamespacedName]struct{}{}
+		}
+		t.c.serviceObjects[name] = struct{}{}
+		t.pendingChangedLocked()
+	}
 	return true
 }
 
@@ -117,9 +167,6 @@ func annotationsEqual(a, b map[string]string) bool {
 // object's Service are marked: relabelling a slice moves its endpoints from
 // one Service to another.
 func (t *tracker) onEndpointSlice(old, new *discoveryv1.EndpointSlice) bool {
-	if old != nil && new != nil && !endpointSliceChanged(old, new) {
-		return false
-	}
 	var names []types.NamespacedName
 	for _, es := range []*discoveryv1.EndpointSlice{old, new} {
 		if n, ok := sliceService(es); ok && !slices.Contains(names, n) {
@@ -130,8 +177,72 @@ func (t *tracker) onEndpointSlice(old, new *discoveryv1.EndpointSlice) bool {
 		// A slice of no Service, before and after: model.Build skips it.
 		return false
 	}
-	t.markServices(names...)
+	if t.metrics != nil {
+		t.metrics.EndpointSliceEvent()
+	}
+	if old != nil && new != nil && !endpointSliceChanged(old, new) {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.markServicesLocked(names...)
+	if t.metrics != nil {
+		t.c.sliceChanges++
+		t.triggerLocked(old, new)
+		t.pendingChangedLocked()
+	}
 	return true
+}
+
+// triggerLocked keeps the last-change-trigger-time of a changed
+// EndpointSlice, as upstream's EndpointsChangeTracker: the time of an
+// added or updated slice is added to its Service's; a deleted slice drops
+// them, as its annotation tells the time of an earlier change.
+func (t *tracker) triggerLocked(old, new *discoveryv1.EndpointSlice) {
+	es := cmpOr(new, old)
+	name, ok := sliceService(es)
+	fam, famOK := sliceFamily(es)
+	if !ok || !famOK {
+		return
+	}
+	key := serviceFamily{name, fam}
+	if new == nil {
+		delete(t.c.triggers, key)
+		return
+	}
+	at := triggerTime(new)
+	if at.IsZero() || !at.After(t.start) {
+		return
+	}
+	if t.c.triggers == nil {
+		t.c.triggers = map[serviceFamily][]time.Time{}
+	}
+	t.c.triggers[key] = append(t.c.triggers[key], at)
+}
+
+// triggerTime returns an EndpointSlice's last-change-trigger-time, the
+// zero time if it has none or it does not parse.
+func triggerTime(es *discoveryv1.EndpointSlice) time.Time {
+	v, ok := es.Annotations[v1.EndpointsLastChangeTriggerTime]
+	if !ok {
+		return time.Time{}
+	}
+	at, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}
+	}
+	return at
+}
+
+// sliceFamily returns the IP family of an EndpointSlice's addresses.
+func sliceFamily(es *discoveryv1.EndpointSlice) (backends.Family, bool) {
+	switch es.AddressType {
+	case discoveryv1.AddressTypeIPv4:
+		return backends.IPv4, true
+	case discoveryv1.AddressTypeIPv6:
+		return backends.IPv6, true
+	}
+	return 0, false
 }
 
 // endpointSliceChanged reports whether an update changed anything

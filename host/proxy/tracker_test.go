@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -236,5 +237,70 @@ func TestResyncMarksFull(t *testing.T) {
 	}
 	if q := h.queuedCount(backends.IPv4); q != 1 {
 		t.Errorf("QueuedUpdate called %d times; want 1", q)
+	}
+}
+
+// TestTrackerMetrics: every event of a Service or of one of its
+// EndpointSlices is counted, changed or not; the pending counts follow the
+// changes and go back to zero when a sync takes them; trigger times newer
+// than the tracker are kept per Service and family, and a deleted slice
+// drops its Service's.
+func TestTrackerMetrics(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(d time.Duration) string { return start.Add(d).Format(time.RFC3339Nano) }
+	triggered := func(es *discoveryv1.EndpointSlice, when string) *discoveryv1.EndpointSlice {
+		return with(es, func(es *discoveryv1.EndpointSlice) {
+			es.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: when}
+		})
+	}
+	web, api := service("web", "10.96.0.10", nil), service("api", "10.96.0.11", nil)
+	webSlice := slice("web", "10.244.1.10")
+	webKey := serviceFamily{types.NamespacedName{Namespace: "default", Name: "web"}, backends.IPv4}
+	orphan := with(slice("web", "10.244.1.10"), func(es *discoveryv1.EndpointSlice) { es.Labels = nil })
+
+	m := &fakeMetrics{}
+	tr := &tracker{metrics: m, start: start}
+	steps := []struct {
+		name                           string
+		do                             func()
+		serviceEvents, sliceEvents     int
+		pendingServices, pendingSlices int
+		triggers                       []time.Time // of web's IPv4 slices
+	}{
+		{"two services added", func() { tr.onService(nil, web); tr.onService(nil, api) }, 2, 0, 2, 0, nil},
+		{"a service updated twice", func() {
+			tr.onService(web, with(web, func(s *v1.Service) { s.Labels = map[string]string{"a": "b"} }))
+			tr.onService(web, with(web, func(s *v1.Service) { s.Labels = map[string]string{"a": "c"} }))
+		}, 4, 0, 2, 0, nil},
+		{"a service update that changes nothing", func() {
+			tr.onService(web, with(web, func(s *v1.Service) { s.ResourceVersion = "9" }))
+		}, 5, 0, 2, 0, nil},
+		{"a slice from before the start", func() { tr.onEndpointSlice(nil, triggered(webSlice, at(-time.Second))) }, 5, 1, 2, 1, nil},
+		{"a slice update", func() {
+			tr.onEndpointSlice(webSlice, triggered(slice("web", "10.244.1.11"), at(time.Second)))
+		}, 5, 2, 2, 2, []time.Time{start.Add(time.Second)}},
+		{"a slice update that changes nothing", func() {
+			tr.onEndpointSlice(webSlice, triggered(webSlice, at(2*time.Second)))
+		}, 5, 3, 2, 2, []time.Time{start.Add(time.Second)}},
+		{"a slice of no service", func() { tr.onEndpointSlice(nil, orphan) }, 5, 3, 2, 2, []time.Time{start.Add(time.Second)}},
+		{"an unparsable trigger time", func() {
+			tr.onEndpointSlice(webSlice, triggered(slice("web", "10.244.1.12"), "yesterday"))
+		}, 5, 4, 2, 3, []time.Time{start.Add(time.Second)}},
+		{"the slice deleted", func() { tr.onEndpointSlice(triggered(webSlice, at(3*time.Second)), nil) }, 5, 5, 2, 4, nil},
+		{"a sync takes the changes", func() { tr.take() }, 5, 5, 0, 0, nil},
+	}
+	for _, st := range steps {
+		st.do()
+		se, le, ps, pl := m.counts()
+		if se != st.serviceEvents || le != st.sliceEvents || ps != st.pendingServices || pl != st.pendingSlices {
+			t.Errorf("%s: events %d services, %d slices; pending %d services, %d slices; want %d, %d; %d, %d",
+				st.name, se, le, ps, pl, st.serviceEvents, st.sliceEvents, st.pendingServices, st.pendingSlices)
+		}
+		tr.mu.Lock()
+		got := tr.c.triggers[webKey]
+		tr.mu.Unlock()
+		if !slices.Equal(got, st.triggers) {
+			t.Errorf("%s: trigger times %v, want %v", st.name, got, st.triggers)
+		}
 	}
 }
