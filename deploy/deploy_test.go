@@ -28,6 +28,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/wasp-proxy/wasp/host/config"
+	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
 	"github.com/wasp-proxy/wasp/host/runtime"
 )
 
@@ -208,18 +210,65 @@ func TestDaemonSet(t *testing.T) {
 	}
 }
 
-// healthzPort returns the port of the configuration's healthzBindAddress.
-func healthzPort(t *testing.T, path string) int32 {
+// loadConfig loads the configuration at path as wasp run --config does:
+// strictly, defaulted and validated. A warning fails t too: a shipped
+// configuration should have none.
+func loadConfig(t *testing.T, path string) *v1alpha1.WaspConfiguration {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^healthzBindAddress: *(\S+)`).FindSubmatch(b)
-	if m == nil {
-		t.Fatalf("%s: no healthzBindAddress", path)
+	c, warnings, err := config.Load(b)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
-	_, port, err := net.SplitHostPort(string(m[1]))
+	if len(warnings) > 0 {
+		t.Errorf("%s: warnings: %q", path, warnings)
+	}
+	return c
+}
+
+// TestConfig loads the configurations the kustomizations ship, and checks
+// what the DaemonSet relies on.
+func TestConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, path string
+		cluster    bool // an overlay's: the pod ranges are set
+	}{
+		{"base", filepath.Join("base", "config.yaml"), false},
+		{"example overlay", filepath.Join("overlays", "example", "config.yaml"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := loadConfig(t, tc.path)
+			if c.Mode != v1alpha1.ProxyModeNFTables {
+				t.Errorf("mode %q, want nftables", c.Mode)
+			}
+			// In-cluster: the ServiceAccount's token, the apiserver
+			// from wasp-apiserver.
+			if c.ClientConnection.Kubeconfig != "" {
+				t.Errorf("clientConnection.kubeconfig %q: the pod has no such file; want in-cluster", c.ClientConnection.Kubeconfig)
+			}
+			// The kubelet gives a system-node-critical pod -997; lower
+			// takes CAP_SYS_RESOURCE, which the container lacks.
+			if adj := *c.Linux.OOMScoreAdj; adj < -997 {
+				t.Errorf("linux.oomScoreAdj %d: below -997 needs CAP_SYS_RESOURCE", adj)
+			}
+			if tc.cluster && len(c.DetectLocal.ClusterCIDRs) == 0 {
+				t.Error("detectLocal.clusterCIDRs: empty")
+			}
+		})
+	}
+}
+
+// healthzPort returns the port of the configuration's healthzBindAddress.
+func healthzPort(t *testing.T, path string) int32 {
+	t.Helper()
+	c := loadConfig(t, path)
+	if c.HealthzBindAddress == nil || *c.HealthzBindAddress == "" {
+		t.Fatalf("%s: no health server", path)
+	}
+	_, port, err := net.SplitHostPort(*c.HealthzBindAddress)
 	if err != nil {
 		t.Fatalf("%s: healthzBindAddress: %v", path, err)
 	}
