@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -375,7 +376,8 @@ func serviceOf(sp *model.ServicePort) types.NamespacedName {
 // in a real cluster), the last-applied-configuration annotation (a copy of
 // the whole object; host/model never shows it to modules), and of an
 // EndpointSlice its annotations but the last-change-trigger-time (for
-// Metrics) and each endpoint's targetRef, hostname and deprecatedTopology.
+// Metrics), its owner references, and each endpoint's targetRef, hostname
+// and deprecatedTopology; the endpoints' node and zone names are shared.
 // At 100k endpoints that is tens of MiB. Anything else passes through
 // unchanged.
 func slim(obj any) (any, error) {
@@ -393,10 +395,42 @@ func slim(obj any) (any, error) {
 		} else if len(es.Annotations) > 1 {
 			es.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: at}
 		}
+		// The controller's owner reference and name prefix are not read.
+		es.OwnerReferences, es.GenerateName = nil, ""
+		// Decoding grew the list by appending, up to twice its length.
+		es.Endpoints = slices.Clone(es.Endpoints)
+		var names internedNames
 		for i := range es.Endpoints {
 			ep := &es.Endpoints[i]
 			ep.TargetRef, ep.Hostname, ep.DeprecatedTopology = nil, nil, nil
+			ep.NodeName, ep.Zone = names.intern(ep.NodeName), names.intern(ep.Zone)
 		}
 	}
 	return obj, nil
+}
+
+// internedNames shares the node and zone names of one EndpointSlice's
+// endpoints: the endpoints with the same name get one pointer, and every
+// slice the same bytes (package unique), where decoding gave each its own
+// copy of both. Few names recur across 100k endpoints.
+type internedNames []*string
+
+// maxInternedNames bounds the names one slice's endpoints share pointers
+// to, and so the scan for one.
+const maxInternedNames = 16
+
+func (n *internedNames) intern(s *string) *string {
+	if s == nil {
+		return nil
+	}
+	for _, p := range *n {
+		if *p == *s {
+			return p
+		}
+	}
+	v := unique.Make(*s).Value()
+	if len(*n) < maxInternedNames {
+		*n = append(*n, &v)
+	}
+	return &v
 }

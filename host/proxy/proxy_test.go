@@ -633,6 +633,31 @@ func TestSlim(t *testing.T) {
 		}
 	}
 
+	// Endpoints on one node or in one zone share the name; the list is
+	// exactly sized; the owner reference is gone.
+	many := slice.DeepCopy()
+	many.OwnerReferences = []metav1.OwnerReference{{Kind: "Service", Name: "web"}}
+	many.GenerateName = "web-"
+	many.Endpoints = make([]discoveryv1.Endpoint, 3, 8)
+	for i, node := range []string{"node-a", "node-b", "node-a"} {
+		many.Endpoints[i] = discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.244.1.%d", i)}, NodeName: ptr(node), Zone: ptr("zone-a")}
+	}
+	got, err = slim(many)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps := got.(*discoveryv1.EndpointSlice).Endpoints
+	switch {
+	case got.(*discoveryv1.EndpointSlice).OwnerReferences != nil || got.(*discoveryv1.EndpointSlice).GenerateName != "":
+		t.Errorf("slim kept the owner reference or name prefix: %+v", got.(*discoveryv1.EndpointSlice).ObjectMeta)
+	case len(eps) != 3 || cap(eps) != 3:
+		t.Errorf("slim: %d endpoints, capacity %d; want 3 and 3", len(eps), cap(eps))
+	case *eps[0].NodeName != "node-a" || *eps[1].NodeName != "node-b" || *eps[2].NodeName != "node-a":
+		t.Errorf("slim changed the node names: %s %s %s", *eps[0].NodeName, *eps[1].NodeName, *eps[2].NodeName)
+	case eps[0].NodeName != eps[2].NodeName || eps[0].Zone != eps[1].Zone || eps[1].Zone != eps[2].Zone:
+		t.Errorf("slim: endpoints with the same node or zone do not share its name")
+	}
+
 	// Tombstones and other non-objects pass through.
 	tomb := cache.DeletedFinalStateUnknown{Key: "demo/web", Obj: svc}
 	if got, err := slim(tomb); err != nil || got != tomb {
