@@ -58,7 +58,7 @@ func TestConvertGolden(t *testing.T) {
 func goldenOf(t *testing.T, data []byte) []byte {
 	t.Helper()
 	c, w, errs := Decode(data)
-	if len(errs) > 0 {
+	if c == nil || len(errs) > 0 {
 		t.Fatalf("decode: %v", errs.ToAggregate())
 	}
 	Default(c)

@@ -33,12 +33,11 @@ type Warnings []string
 // problem, as kube-proxy does.
 func Load(data []byte) (*v1alpha1.WaspConfiguration, Warnings, error) {
 	c, w, errs := Decode(data)
-	if len(errs) > 0 {
-		return nil, w, errs.ToAggregate()
+	if c != nil {
+		Default(c)
+		vw, verrs := Validate(c)
+		w, errs = append(w, vw...), append(errs, verrs...)
 	}
-	Default(c)
-	vw, errs := Validate(c)
-	w = append(w, vw...)
 	if len(errs) > 0 {
 		return nil, w, errs.ToAggregate()
 	}
@@ -50,7 +49,9 @@ func Default(c *v1alpha1.WaspConfiguration) { v1alpha1.SetDefaults(c) }
 
 // Decode decodes a configuration file as Load does, without defaulting
 // (but for a KubeProxyConfiguration, which is converted with kube-proxy's
-// defaults) or validation.
+// defaults) or validation. With errors it returns the configuration too
+// when the only errors are unknown or duplicate fields, so that its values
+// can be validated as well: every problem is reported at once.
 func Decode(data []byte) (*v1alpha1.WaspConfiguration, Warnings, field.ErrorList) {
 	j, err := yaml.YAMLToJSONStrict(data)
 	var strictErrs field.ErrorList
@@ -85,7 +86,7 @@ func Decode(data []byte) (*v1alpha1.WaspConfiguration, Warnings, field.ErrorList
 		if c.ConfigHardFail != nil && !*c.ConfigHardFail {
 			return c, warnings("configHardFail is false, so this is ignored", strictErrs), nil
 		}
-		return nil, nil, strictErrs
+		return c, nil, strictErrs
 
 	case gv.GroupVersion() == kubeproxy.GroupVersion && gv.Kind == kubeproxy.Kind:
 		k := &kubeproxy.Configuration{}

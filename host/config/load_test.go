@@ -25,6 +25,8 @@ func TestLoadErrors(t *testing.T) {
 	}{
 		{"unknown field", waspHeader + "nftables:\n  masqueradeBits: 3\nfoo: 1\n",
 			[]string{"nftables.masqueradeBits: Forbidden: unknown field", "foo: Forbidden: unknown field"}},
+		{"unknown field and invalid values", waspHeader + "foo: 1\nmode: ipvs\nnftables:\n  masqueradeBit: 40\n",
+			[]string{"foo: Forbidden: unknown field", `mode: Invalid value: "ipvs"`, "nftables.masqueradeBit: Invalid value: 40"}},
 		{"unknown field, hard fail said", waspHeader + "configHardFail: true\nfoo: 1\n", []string{"foo: Forbidden: unknown field"}},
 		{"duplicate field", waspHeader + "mode: nftables\nmode: iptables\n", []string{`<document>: Invalid value: yaml: unmarshal errors: line 4: key "mode" already set in map`}},
 		{"duplicate field in JSON", `{"apiVersion":"wasp.dev/v1alpha1","kind":"WaspConfiguration","linux":{"masqueradeAll":true,"masqueradeAll":false}}`,
