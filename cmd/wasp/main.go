@@ -45,6 +45,7 @@ kube-proxy exactly.`,
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("v"))
+	actAsRun(root, e) // wasp --config FILE ..., as kube-proxy
 	root.AddCommand(newRunCommand(e), newCleanupCommand(e), newDemoCommand(), newExplainCommand(), newModuleCommand(), newVersionCommand())
 	return root
 }

@@ -8,12 +8,12 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +27,7 @@ import (
 	"github.com/wasp-proxy/wasp/backends/conntrack"
 	"github.com/wasp-proxy/wasp/backends/nftables"
 	"github.com/wasp-proxy/wasp/host/chain"
+	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
 	"github.com/wasp-proxy/wasp/host/healthcheck"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/proxy"
@@ -41,14 +42,19 @@ import (
 type env struct {
 	// dataplane returns family's nftables backend, which cleanup uses.
 	dataplane func(f backends.Family) (backends.Backend, error)
-	// backend returns family's backend for run: the dataplane wrapped in
-	// the conntrack cleaner.
-	backend func(f backends.Family) (backends.Backend, error)
+	// backend returns family's backend for run, marking packets to
+	// masquerade with masqBit: the dataplane wrapped in the conntrack
+	// cleaner.
+	backend func(f backends.Family, masqBit int) (backends.Backend, error)
 	// interfaceAddrs lists the addresses of this network namespace.
 	interfaceAddrs func() ([]netip.Addr, error)
 	// nodeWait is how long run waits for its Node object to appear in
 	// the apiserver.
 	nodeWait time.Duration
+	// setupNode is the privileged node setup (sysctls such as conntrack's
+	// limits and timeouts, oom_score_adj), run before the proxy starts and
+	// alone by --init-only. nil: there is none yet.
+	setupNode func(ctx context.Context, c *v1alpha1.WaspConfiguration) error
 }
 
 func defaultEnv() env {
@@ -57,8 +63,8 @@ func defaultEnv() env {
 	}
 	return env{
 		dataplane: dataplane,
-		backend: func(f backends.Family) (backends.Backend, error) {
-			nft, err := dataplane(f)
+		backend: func(f backends.Family, masqBit int) (backends.Backend, error) {
+			nft, err := nftables.New(nftables.Opts{Family: f, MasqueradeBit: masqBit})
 			if err != nil {
 				return nil, err
 			}
@@ -88,184 +94,103 @@ func interfaceAddrs() ([]netip.Addr, error) {
 	return out, nil
 }
 
-// The proxy modes kube-proxy has; wasp implements nftables.
-const modeNFTables = "nftables"
-
-var kubeProxyModes = []string{"iptables", "ipvs", "kernelspace"}
-
 // runFlags are wasp run's flags as given.
 type runFlags struct {
+	configFile, writeConfigTo    string
 	kubeconfig, master, hostname string
+	bindAddress                  string
 	source                       string
 	sourcePoll                   time.Duration
 	clusterCIDR                  string
 	nodePortAddresses            []string
 	masqueradeAll                bool
-	minSyncPeriod                time.Duration
+	syncPeriod, minSyncPeriod    time.Duration
+	configSyncPeriod             time.Duration
 	healthzBindAddress           string
+	metricsBindAddress           string
 	profilingBindAddress         string
 	ipFamilies                   []string
 	modules                      []string
 	cacheDir                     string
 	proxyMode                    string
-	cleanup                      bool
+	oomScoreAdj                  int32
+	conntrackMaxPerCore          int32
+	conntrackMin                 int32
+	conntrackTCPEstablished      time.Duration
+	conntrackTCPCloseWait        time.Duration
+	conntrackTCPBeLiberal        bool
+	conntrackUDPTimeout          time.Duration
+	conntrackUDPStreamTimeout    time.Duration
+	cleanup, initOnly            bool
 }
 
-// add defines the flags on cmd.
+// add defines the flags on cmd. Their defaults are the configuration's
+// (package v1alpha1); a flag only sets its field when it is given.
 func (f *runFlags) add(cmd *cobra.Command) {
 	fs := cmd.Flags()
+	fs.StringVar(&f.configFile, "config", "", "a WaspConfiguration or kube-proxy's KubeProxyConfiguration file (docs/config.md); most flags are then ignored")
+	fs.StringVar(&f.writeConfigTo, "write-config-to", "", "write the configuration (converted and defaulted) to this file as YAML, and exit")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "path to a kubeconfig file (default: the in-cluster configuration)")
 	fs.StringVar(&f.master, "master", "", "the apiserver's address, overriding the kubeconfig's")
-	fs.StringVar(&f.hostname, "hostname-override", "", "this node's name (default: the host name)")
+	fs.StringVar(&f.hostname, "hostname-override", "", "this node's name (default: the host name); wins over --config's")
+	fs.StringVar(&f.bindAddress, "bind-address", "0.0.0.0", "this node's primary IP, instead of its Node object's (0.0.0.0 or ::: no override); no socket is bound to it")
 	fs.StringVar(&f.source, "source", "", "read Nodes, Services and EndpointSlices from this YAML or JSON file, or directory of them, instead of a cluster")
 	fs.DurationVar(&f.sourcePoll, "source-poll-interval", snapshot.DefaultPollInterval, "how often --source is checked for changes (0: read once)")
 	fs.StringVar(&f.clusterCIDR, "cluster-cidr", "", "the pod ranges, comma-separated, for local-traffic detection (traffic from outside them to a ClusterIP is masqueraded)")
-	fs.StringSliceVar(&f.nodePortAddresses, "nodeport-addresses", []string{"primary"}, `where NodePorts answer: "primary" (the Node object's primary IP of each family) or CIDRs, comma-separated (0.0.0.0/0 and ::/0: every local address)`)
+	fs.StringSliceVar(&f.nodePortAddresses, "nodeport-addresses", []string{v1alpha1.NodePortAddressesPrimary}, `where NodePorts answer: "primary" (the Node object's primary IP of each family) or CIDRs, comma-separated (0.0.0.0/0 and ::/0: every local address)`)
 	fs.BoolVar(&f.masqueradeAll, "masquerade-all", false, "masquerade all traffic sent to ClusterIPs")
-	fs.DurationVar(&f.minSyncPeriod, "min-sync-period", proxy.DefaultMinSyncPeriod, "the least time between two syncs after a burst of 2")
-	fs.StringVar(&f.healthzBindAddress, "healthz-bind-address", healthcheck.DefaultBindAddress, `IP:port of the /healthz and /livez server ("": none)`)
+	fs.DurationVar(&f.syncPeriod, "sync-period", v1alpha1.DefaultSyncPeriod, "how long after a failed sync it is retried; /healthz fails after twice this without a sync")
+	fs.DurationVar(&f.minSyncPeriod, "min-sync-period", v1alpha1.DefaultMinSyncPeriod, "the least time between two syncs after a burst of 2 (0: sync on every change)")
+	fs.DurationVar(&f.configSyncPeriod, "config-sync-period", v1alpha1.DefaultConfigSyncPeriod, "how often the informers resync from their cache")
+	fs.StringVar(&f.healthzBindAddress, "healthz-bind-address", v1alpha1.DefaultHealthzBindAddress, `IP:port of the /healthz and /livez server ("": none)`)
+	fs.StringVar(&f.metricsBindAddress, "metrics-bind-address", v1alpha1.DefaultMetricsBindAddress, `IP:port of the /metrics server ("": none)`)
 	fs.StringVar(&f.profilingBindAddress, "profiling-bind-address", "", `IP:port where Go's profiles are served under /debug/pprof/ ("": off; keep it on 127.0.0.1)`)
-	fs.StringSliceVar(&f.ipFamilies, "ip-families", nil, "the IP families to proxy: ipv4, ipv6 or both (default: those of the Node object's addresses)")
-	fs.StringArrayVar(&f.modules, "module", nil, "STAGE=SOURCE: run a module instead of the builtin one (repeatable); SOURCE is builtin:NAME, file:///PATH or a path")
+	fs.StringSliceVar(&f.ipFamilies, "ip-families", nil, "the IP families to proxy: ipv4, ipv6 or both (default: as ipFamilyPolicy says, from the node's primary IPs); also with --config")
+	fs.StringArrayVar(&f.modules, "module", nil, "STAGE=SOURCE: run a module instead of the builtin one (repeatable); SOURCE is builtin:NAME, file:///PATH, oci://REPO@sha256:DIGEST or a path")
 	fs.StringVar(&f.cacheDir, "cache-dir", defaultCacheDir(), `where compiled modules are cached across runs ("": no cache)`)
-	fs.StringVar(&f.proxyMode, "proxy-mode", modeNFTables, "the dataplane; wasp implements nftables only")
+	fs.StringVar(&f.proxyMode, "proxy-mode", string(v1alpha1.DefaultMode), "the dataplane; wasp implements nftables only")
+	fs.Int32Var(&f.oomScoreAdj, "oom-score-adj", v1alpha1.DefaultOOMScoreAdj, "the oom_score_adj of the wasp process, in [-1000, 1000]")
+	fs.Int32Var(&f.conntrackMaxPerCore, "conntrack-max-per-core", v1alpha1.DefaultConntrackMaxPerCore, "nf_conntrack_max per CPU core (0: leave the limit as it is, and ignore --conntrack-min)")
+	fs.Int32Var(&f.conntrackMin, "conntrack-min", v1alpha1.DefaultConntrackMin, "the least nf_conntrack_max, whatever --conntrack-max-per-core gives")
+	fs.DurationVar(&f.conntrackTCPEstablished, "conntrack-tcp-timeout-established", v1alpha1.DefaultTCPEstablishedTimeout, "idle timeout of established TCP connections (0: leave as it is)")
+	fs.DurationVar(&f.conntrackTCPCloseWait, "conntrack-tcp-timeout-close-wait", v1alpha1.DefaultTCPCloseWaitTimeout, "timeout of TCP connections in CLOSE_WAIT (0: leave as it is)")
+	fs.BoolVar(&f.conntrackTCPBeLiberal, "conntrack-tcp-be-liberal", false, "set nf_conntrack_tcp_be_liberal: out-of-window TCP packets are not marked INVALID")
+	fs.DurationVar(&f.conntrackUDPTimeout, "conntrack-udp-timeout", 0, "idle timeout of UNREPLIED UDP connections (0: leave as it is)")
+	fs.DurationVar(&f.conntrackUDPStreamTimeout, "conntrack-udp-timeout-stream", 0, "idle timeout of ASSURED UDP connections (0: leave as it is)")
 	fs.BoolVar(&f.cleanup, "cleanup", false, "remove everything wasp programmed and exit, as wasp cleanup")
+	fs.BoolVar(&f.initOnly, "init-only", false, "do the privileged node setup (sysctls, oom_score_adj) and exit")
 }
 
-// runConfig is runFlags checked and parsed.
+// runConfig is what wasp run needs: the valid configuration, parsed, and
+// the flags that are not part of it.
 type runConfig struct {
+	// config is the whole configuration, for the node setup.
+	config               *v1alpha1.WaspConfiguration
 	kubeconfig, master   string
+	qps                  float32
+	burst                int
+	contentType          string
 	source               string
 	sourcePoll           time.Duration
 	nodeName             string
+	nodeIPs              []netip.Addr // nodeIPOverride; nil: the Node's
+	ipFamilyPolicy       v1alpha1.IPFamilyPolicy
 	clusterCIDRs         []netip.Prefix
-	nodePortPrimary      bool           // --nodeport-addresses primary
+	nodePortPrimary      bool           // nodePortAddresses [primary]
 	nodePortCIDRs        []netip.Prefix // otherwise
 	masqueradeAll        bool
+	masqueradeBit        int
+	syncPeriod           time.Duration
 	minSyncPeriod        time.Duration
+	configSyncPeriod     time.Duration     // not applied yet: the informers do not resync
 	healthzBindAddress   string            // "": none
+	metricsBindAddress   string            // "": none; served by host/metrics once wired here
+	enableProfiling      bool              // /debug/pprof/ on the metrics server, once wired
 	profilingBindAddress string            // "": none
-	families             []backends.Family // nil: from the Node
+	families             []backends.Family // --ip-families; nil: by ipFamilyPolicy
 	specs                []chain.Spec
 	cacheDir             string
-	cleanup              bool
-}
-
-// config checks every flag and returns every problem, each naming its
-// flag. hostname is the default of --hostname-override.
-func (f *runFlags) config(hostname func() (string, error)) (*runConfig, error) {
-	c := &runConfig{
-		kubeconfig: f.kubeconfig, master: f.master, source: f.source, sourcePoll: f.sourcePoll,
-		masqueradeAll: f.masqueradeAll, minSyncPeriod: f.minSyncPeriod,
-		healthzBindAddress: f.healthzBindAddress, profilingBindAddress: f.profilingBindAddress,
-		cacheDir: f.cacheDir, cleanup: f.cleanup,
-	}
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-
-	switch mode := f.proxyMode; {
-	case mode == modeNFTables:
-	case slices.Contains(kubeProxyModes, mode):
-		bad("--proxy-mode %q: not implemented by wasp; use nftables", mode)
-	default:
-		bad("--proxy-mode %q: unknown mode; wasp implements nftables", mode)
-	}
-
-	if f.source != "" {
-		for name, v := range map[string]string{"--kubeconfig": f.kubeconfig, "--master": f.master} {
-			if v != "" {
-				bad("--source and %s: give one or the other", name)
-			}
-		}
-	}
-	if f.sourcePoll < 0 {
-		bad("--source-poll-interval %v: negative", f.sourcePoll)
-	}
-
-	c.nodeName = strings.ToLower(strings.TrimSpace(f.hostname))
-	if c.nodeName == "" {
-		h, err := hostname()
-		if err != nil {
-			bad("--hostname-override: not given, and the host name is unknown: %v", err)
-		}
-		c.nodeName = strings.ToLower(strings.TrimSpace(h))
-	}
-	if c.nodeName == "" && len(errs) == 0 {
-		bad("--hostname-override: empty")
-	}
-
-	if s := strings.TrimSpace(f.clusterCIDR); s != "" {
-		for _, part := range strings.Split(s, ",") {
-			p, err := netip.ParsePrefix(strings.TrimSpace(part))
-			if err != nil {
-				bad("--cluster-cidr %q: not a CIDR", strings.TrimSpace(part))
-				continue
-			}
-			c.clusterCIDRs = append(c.clusterCIDRs, p.Masked())
-		}
-	}
-
-	switch {
-	case len(f.nodePortAddresses) == 1 && f.nodePortAddresses[0] == "primary":
-		c.nodePortPrimary = true
-	case len(f.nodePortAddresses) == 0:
-		bad(`--nodeport-addresses: empty; want "primary" or CIDRs`)
-	default:
-		for _, s := range f.nodePortAddresses {
-			if s == "primary" {
-				bad(`--nodeport-addresses: "primary" cannot be combined with CIDRs`)
-				continue
-			}
-			p, err := netip.ParsePrefix(strings.TrimSpace(s))
-			if err != nil {
-				bad(`--nodeport-addresses %q: not a CIDR or "primary"`, s)
-				continue
-			}
-			c.nodePortCIDRs = append(c.nodePortCIDRs, p.Masked())
-		}
-	}
-
-	if f.minSyncPeriod < 0 {
-		bad("--min-sync-period %v: negative", f.minSyncPeriod)
-	}
-
-	for _, fa := range [...][2]string{{"--healthz-bind-address", f.healthzBindAddress}, {"--profiling-bind-address", f.profilingBindAddress}} {
-		flag, a := fa[0], fa[1]
-		if a == "" {
-			continue
-		}
-		host, port, err := net.SplitHostPort(a)
-		if err != nil {
-			bad("%s %q: want IP:port", flag, a)
-			continue
-		}
-		if _, err := netip.ParseAddr(host); host != "" && err != nil {
-			bad("%s %q: %q is not an IP address", flag, a, host)
-		}
-		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-			bad("%s %q: port %q: want 0 to 65535", flag, a, port)
-		}
-	}
-
-	fams, err := parseIPFamilies(f.ipFamilies)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	c.families = fams
-
-	for _, m := range f.modules {
-		s, err := chain.ParseSpec(m)
-		if err != nil {
-			bad("--module: %w", err)
-			continue
-		}
-		c.specs = append(c.specs, s)
-	}
-
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return c, nil
+	cleanup, initOnly    bool
 }
 
 // parseIPFamilies parses --ip-families, sorted, without duplicates.
@@ -304,28 +229,107 @@ service port, and programs nftables (table "wasp", one per IP family) until
 SIGTERM or SIGINT. On exit the dataplane stays in place, so that traffic keeps
 flowing while wasp restarts; wasp cleanup removes it.
 
+The configuration is the file of --config (wasp's WaspConfiguration, or
+kube-proxy's KubeProxyConfiguration as it is), or else the flags, which take
+kube-proxy's names; with --config, the flags that set a field of it are
+ignored, but for --hostname-override (docs/config.md). wasp exits with an
+error when that file changes, to be restarted with it.
+
 The cluster is the apiserver of --kubeconfig or --master, or the in-cluster
 configuration when neither is given. With --source, the objects are read from
 files instead and served to the same informers through an in-memory client:
 edit a Service in the file and the dataplane follows.`,
-		Example: `  wasp run --kubeconfig /etc/kubernetes/proxy.conf --cluster-cidr 10.244.0.0/16
+		Example: `  wasp run --config /var/lib/kube-proxy/config.conf --hostname-override "$NODE_NAME"
+  wasp run --kubeconfig /etc/kubernetes/proxy.conf --cluster-cidr 10.244.0.0/16
   wasp run --source cluster.yaml --hostname-override node-a --cluster-cidr 10.244.0.0/16
   wasp run --module endpoint-selection=/etc/wasp/zone-spillover.wasm
+  wasp run --config kube-proxy.yaml --write-config-to wasp.yaml
   wasp run --cleanup`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.config(os.Hostname)
-			if err != nil {
-				return err
-			}
-			if c.cleanup {
-				return cleanup(cmd.Context(), e, c.families)
-			}
-			return runProxy(cmd.Context(), e, c)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd, e) },
 	}
 	f.add(cmd)
 	return cmd
+}
+
+// actAsRun makes root run the proxy as run does when it is given flags,
+// as kube-proxy is run (kube-proxy --config FILE ...); without flags it
+// prints its help.
+func actAsRun(root *cobra.Command, e env) {
+	var f runFlags
+	f.add(root)
+	root.Args = cobra.NoArgs
+	root.RunE = func(cmd *cobra.Command, _ []string) error {
+		given := false // but for -v
+		cmd.LocalNonPersistentFlags().VisitAll(func(fl *pflag.Flag) { given = given || fl.Changed })
+		if !given {
+			return cmd.Help()
+		}
+		return f.run(cmd, e)
+	}
+}
+
+// run is wasp run: the configuration, then --write-config-to, --cleanup,
+// --init-only or the proxy.
+func (f *runFlags) run(cmd *cobra.Command, e env) error {
+	ctx := cmd.Context()
+	warn := func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), "wasp: warning:", s) }
+	cfg, err := f.waspConfig(cmd.Flags(), warn)
+	if err != nil {
+		return err
+	}
+	if f.writeConfigTo != "" {
+		return writeConfig(cfg, f.writeConfigTo)
+	}
+	c, err := newRunConfig(cfg, f, os.Hostname)
+	if err != nil {
+		return err
+	}
+	if c.cleanup {
+		return cleanup(ctx, e, c.families)
+	}
+	if err := setupNode(ctx, e, cfg); err != nil || c.initOnly {
+		return err
+	}
+	for _, s := range notApplied(cfg) {
+		warn(s)
+	}
+	if f.configFile == "" {
+		return runProxy(ctx, e, c)
+	}
+
+	wait, err := watchConfigFile(f.configFile)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	changed := make(chan error, 1)
+	go func() {
+		err := wait(ctx)
+		changed <- err
+		if err != nil {
+			cancel()
+		}
+	}()
+	err = runProxy(ctx, e, c)
+	cancel()
+	if werr := <-changed; werr != nil {
+		return werr
+	}
+	return err
+}
+
+// setupNode runs e's node setup, if there is one.
+func setupNode(ctx context.Context, e env, c *v1alpha1.WaspConfiguration) error {
+	if e.setupNode == nil {
+		klog.FromContext(ctx).V(2).Info("No node setup to do (sysctls, oom_score_adj are left as they are)")
+		return nil
+	}
+	if err := e.setupNode(ctx, c); err != nil {
+		return fmt.Errorf("node setup: %w", err)
+	}
+	return nil
 }
 
 // runProxy runs the proxy until ctx is done.
@@ -398,13 +402,19 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		}
 	}()
 	for _, f := range families {
-		b, err := e.backend(f)
+		b, err := e.backend(f, c.masqueradeBit)
 		if err != nil {
 			return fmt.Errorf("%s: %w", familyName(f), err)
 		}
 		bes[f] = b
 	}
 
+	minSync := c.minSyncPeriod
+	if minSync == 0 {
+		// proxy.Opts takes 0 for its default; 1ns is "sync on every
+		// change".
+		minSync = time.Nanosecond
+	}
 	opts := proxy.Opts{
 		NodeName: c.nodeName,
 		Client:   client,
@@ -415,15 +425,15 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 			ClusterCIDRs:      c.clusterCIDRs,
 			MasqueradeAll:     c.masqueradeAll,
 		},
-		MinSyncPeriod: c.minSyncPeriod,
+		MinSyncPeriod: minSync,
+		RetryPeriod:   c.syncPeriod,
 		AfterFullSync: func() { freeOSMemory(ctx) },
 	}
 	// The health tracker always runs: the Services' health check node
 	// ports need it even when /healthz is not served.
 	hs, err := healthcheck.NewProxyServer(healthcheck.ProxyOpts{
-		// Upstream: twice the sync period (30 s), which is wasp's retry
-		// period.
-		HealthTimeout: 2 * proxy.DefaultRetryPeriod,
+		// Upstream: twice the sync period, which is wasp's retry period.
+		HealthTimeout: 2 * c.syncPeriod,
 		BindAddress:   c.healthzBindAddress,
 	})
 	if err != nil {
@@ -485,6 +495,7 @@ func newClient(c *runConfig) (kubernetes.Interface, *snapshot.Source, error) {
 		return nil, nil, fmt.Errorf("--kubeconfig %q --master %q: %w", c.kubeconfig, c.master, err)
 	}
 	cfg.UserAgent = "wasp/" + version
+	cfg.QPS, cfg.Burst, cfg.ContentType = c.qps, c.burst, c.contentType
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("apiserver client: %w", err)
@@ -517,42 +528,52 @@ func getNode(ctx context.Context, client kubernetes.Interface, name string, wait
 	}
 }
 
-// nodeIPs returns the Node's primary IP of each family, as upstream: the
-// first InternalIP of the family, else the first ExternalIP.
-func nodeIPs(node *v1.Node) map[backends.Family]netip.Addr {
+// nodeIPs returns the node's primary IP of each family, as upstream: the
+// override of the family (nodeIPOverride), else the Node's first InternalIP
+// of the family, else its first ExternalIP; and the family of the first of
+// them (the first override's, else the Node's first such address's).
+func nodeIPs(node *v1.Node, override []netip.Addr) (map[backends.Family]netip.Addr, backends.Family) {
 	out := map[backends.Family]netip.Addr{}
+	var first backends.Family
+	add := func(ip netip.Addr) {
+		f := backends.IPv6
+		if ip.Unmap().Is4() {
+			f, ip = backends.IPv4, ip.Unmap()
+		}
+		if _, ok := out[f]; !ok {
+			out[f] = ip
+		}
+		if first == 0 {
+			first = f
+		}
+	}
+	for _, ip := range override {
+		add(ip)
+	}
 	if node == nil {
-		return out
+		return out, first
 	}
 	for _, typ := range []v1.NodeAddressType{v1.NodeInternalIP, v1.NodeExternalIP} {
 		for _, a := range node.Status.Addresses {
-			ip, err := netip.ParseAddr(a.Address)
-			if a.Type != typ || err != nil {
-				continue
-			}
-			f := backends.IPv6
-			if ip.Unmap().Is4() {
-				f, ip = backends.IPv4, ip.Unmap()
-			}
-			if _, ok := out[f]; !ok {
-				out[f] = ip
+			if ip, err := netip.ParseAddr(a.Address); a.Type == typ && err == nil {
+				add(ip)
 			}
 		}
 	}
-	return out
+	return out, first
 }
 
-// nodeFamilies returns the families to proxy: --ip-families, or those of
-// the Node's primary IPs.
+// nodeFamilies returns the families to proxy: --ip-families, or those
+// ipFamilyPolicy picks from the node's primary IPs.
 func nodeFamilies(c *runConfig, node *v1.Node) ([]backends.Family, error) {
 	if len(c.families) > 0 {
 		return c.families, nil
 	}
-	var fams []backends.Family
-	for f := range nodeIPs(node) {
-		fams = append(fams, f)
+	ips, first := nodeIPs(node, c.nodeIPs)
+	fams, err := familiesOf(c.ipFamilyPolicy, ips, first)
+	if err != nil {
+		return nil, fmt.Errorf("node %q: %w (or set --ip-families)", c.nodeName, err)
 	}
-	slices.Sort(fams)
 	if len(fams) == 0 {
 		if node == nil {
 			return nil, fmt.Errorf("node %q not found, so its IP families are unknown: set --ip-families (or --hostname-override to the right name)", c.nodeName)
@@ -567,7 +588,7 @@ func nodeFamilies(c *runConfig, node *v1.Node) ([]backends.Family, error) {
 func nodePortAddresses(c *runConfig, node *v1.Node, families []backends.Family, ifAddrs func() ([]netip.Addr, error)) ([]netip.Addr, error) {
 	var out []netip.Addr
 	if c.nodePortPrimary {
-		ips := nodeIPs(node)
+		ips, _ := nodeIPs(node, c.nodeIPs)
 		for _, f := range families {
 			ip, ok := ips[f]
 			if !ok {

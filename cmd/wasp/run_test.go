@@ -22,6 +22,9 @@ import (
 	backendfake "github.com/wasp-proxy/wasp/backends/fake"
 	"github.com/wasp-proxy/wasp/examples/cluster"
 	"github.com/wasp-proxy/wasp/host/chain"
+	"github.com/wasp-proxy/wasp/host/config"
+	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
+	"github.com/wasp-proxy/wasp/host/runtime"
 )
 
 // Test address plan: the bundled sample cluster's (examples/cluster), node-a
@@ -34,10 +37,14 @@ const eventually = 2 * time.Minute
 type fakeEnv struct {
 	mu        sync.Mutex
 	backends  map[backends.Family]*backendfake.Fake
-	failClean backends.Family // cleanup of this family fails
+	masqBits  map[backends.Family]int // the masquerade bit each run backend got
+	failClean backends.Family         // cleanup of this family fails
+	setups    []*v1alpha1.WaspConfiguration
 }
 
-func newFakeEnv() *fakeEnv { return &fakeEnv{backends: map[backends.Family]*backendfake.Fake{}} }
+func newFakeEnv() *fakeEnv {
+	return &fakeEnv{backends: map[backends.Family]*backendfake.Fake{}, masqBits: map[backends.Family]int{}}
+}
 
 func (f *fakeEnv) env() env {
 	get := func(fam backends.Family) (backends.Backend, error) {
@@ -55,7 +62,18 @@ func (f *fakeEnv) env() env {
 	}
 	return env{
 		dataplane: get,
-		backend:   get,
+		backend: func(fam backends.Family, masqBit int) (backends.Backend, error) {
+			f.mu.Lock()
+			f.masqBits[fam] = masqBit
+			f.mu.Unlock()
+			return get(fam)
+		},
+		setupNode: func(_ context.Context, c *v1alpha1.WaspConfiguration) error {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.setups = append(f.setups, c)
+			return nil
+		},
 		interfaceAddrs: func() ([]netip.Addr, error) {
 			return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("198.51.100.1"),
 				netip.MustParseAddr("10.244.1.1"), netip.MustParseAddr("::1"), netip.MustParseAddr("2001:db8:100::1")}, nil
@@ -113,24 +131,39 @@ func TestRunFlagErrors(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"iptables mode", []string{"--proxy-mode", "iptables"}, []string{`--proxy-mode "iptables": not implemented by wasp; use nftables`}},
-		{"unknown mode", []string{"--proxy-mode", "userspace"}, []string{`--proxy-mode "userspace": unknown mode`}},
+		{"iptables mode", []string{"--proxy-mode", "iptables"}, []string{`--proxy-mode: mode: Invalid value: "iptables": not implemented by wasp: use nftables`}},
+		{"unknown mode", []string{"--proxy-mode", "userspace"}, []string{`--proxy-mode: mode: Unsupported value: "userspace"`}},
 		{"source and kubeconfig", []string{"--source", "x.yaml", "--kubeconfig", "k"}, []string{"--source and --kubeconfig"}},
 		{"source and master", []string{"--source", "x.yaml", "--master", "https://a"}, []string{"--source and --master"}},
 		{"negative poll", []string{"--source-poll-interval", "-1s"}, []string{"--source-poll-interval -1s: negative"}},
-		{"bad cluster cidr", []string{"--cluster-cidr", "10.244.0.0/16, 10.0.0.0/33"}, []string{`--cluster-cidr "10.0.0.0/33": not a CIDR`}},
-		{"bad nodeport cidr", []string{"--nodeport-addresses", "10.0.0.0/8,eth0"}, []string{`--nodeport-addresses "eth0": not a CIDR or "primary"`}},
-		{"primary and cidr", []string{"--nodeport-addresses", "primary,10.0.0.0/8"}, []string{`--nodeport-addresses: "primary" cannot be combined with CIDRs`}},
-		{"empty nodeport addresses", []string{"--nodeport-addresses", ""}, []string{"--nodeport-addresses: empty"}},
-		{"negative min sync", []string{"--min-sync-period", "-1s"}, []string{"--min-sync-period -1s: negative"}},
-		{"healthz without port", []string{"--healthz-bind-address", "0.0.0.0"}, []string{`--healthz-bind-address "0.0.0.0": want IP:port`}},
-		{"healthz host name", []string{"--healthz-bind-address", "localhost:10256"}, []string{`"localhost" is not an IP address`}},
-		{"healthz port", []string{"--healthz-bind-address", "0.0.0.0:70000"}, []string{`port "70000": want 0 to 65535`}},
+		{"blank hostname", []string{"--hostname-override", "  "}, []string{"--hostname-override: empty"}},
+		{"bad hostname", []string{"--hostname-override", "node_a"}, []string{`--hostname-override: hostnameOverride: Invalid value: "node_a"`}},
+		{"bad bind address", []string{"--bind-address", "node-a"}, []string{`--bind-address: nodeIPOverride[0]: Invalid value: "node-a": must be an IP address`}},
+		{"bad cluster cidr", []string{"--cluster-cidr", "10.244.0.0/16, fd00::/129"}, []string{`--cluster-cidr: detectLocal.clusterCIDRs[1]: Invalid value: "fd00::/129": must be a CIDR`}},
+		{"bad nodeport cidr", []string{"--nodeport-addresses", "10.0.0.0/8,eth0"}, []string{`--nodeport-addresses: nodePortAddresses[1]: Invalid value: "eth0": must be a CIDR or "primary"`}},
+		{"primary and cidr", []string{"--nodeport-addresses", "primary,10.0.0.0/8"}, []string{`--nodeport-addresses: nodePortAddresses[0]: Invalid value: "primary": "primary" cannot be combined with CIDRs`}},
+		{"sync period", []string{"--sync-period", "-1s"}, []string{`--sync-period: syncPeriod: Invalid value: "-1s": must be greater than 0`}},
+		{"negative min sync", []string{"--min-sync-period", "-1s"}, []string{`--min-sync-period: minSyncPeriod: Invalid value: "-1s": must be greater than or equal to 0`}},
+		{"min sync above sync", []string{"--min-sync-period", "1m", "--sync-period", "30s"}, []string{`--min-sync-period: minSyncPeriod: Invalid value: "1m0s": must not be greater than syncPeriod`}},
+		{"config sync period", []string{"--config-sync-period", "-1s"}, []string{`--config-sync-period: configSyncPeriod: Invalid value: "-1s"`}},
+		{"healthz without port", []string{"--healthz-bind-address", "0.0.0.0"}, []string{`--healthz-bind-address: healthzBindAddress: Invalid value: "0.0.0.0": must be IP:port`}},
+		{"healthz host name", []string{"--healthz-bind-address", "localhost:10256"}, []string{`"localhost" must be an IP address`}},
+		{"healthz port", []string{"--healthz-bind-address", "0.0.0.0:70000"}, []string{`port "70000" must be in [0,65535]`}},
+		{"metrics", []string{"--metrics-bind-address", "127.0.0.1"}, []string{`--metrics-bind-address: metricsBindAddress: Invalid value: "127.0.0.1": must be IP:port`}},
+		{"profiling", []string{"--profiling-bind-address", "::1:6060"}, []string{`--profiling-bind-address: profilingBindAddress: Invalid value: "::1:6060": must be IP:port`}},
+		{"oom score adj", []string{"--oom-score-adj", "-1001"}, []string{`--oom-score-adj: linux.oomScoreAdj: Invalid value: -1001: must be in [-1000,1000]`}},
+		{"conntrack", []string{"--conntrack-max-per-core", "-1", "--conntrack-min", "-1", "--conntrack-tcp-timeout-established", "-1s",
+			"--conntrack-tcp-timeout-close-wait", "-1s", "--conntrack-udp-timeout", "-1s", "--conntrack-udp-timeout-stream", "-1s"},
+			[]string{"--conntrack-max-per-core: linux.conntrack.maxPerCore: Invalid value: -1", "--conntrack-min: linux.conntrack.min: Invalid value: -1",
+				"--conntrack-tcp-timeout-established: linux.conntrack.tcpEstablishedTimeout: ", "--conntrack-tcp-timeout-close-wait: linux.conntrack.tcpCloseWaitTimeout: ",
+				"--conntrack-udp-timeout: linux.conntrack.udpTimeout: ", "--conntrack-udp-timeout-stream: linux.conntrack.udpStreamTimeout: "}},
 		{"ip family", []string{"--ip-families", "ipv4,ipv5"}, []string{`--ip-families "ipv5": want ipv4 or ipv6`}},
-		{"module", []string{"--module", "routing=x.wasm"}, []string{`--module: module "routing=x.wasm": unknown stage "routing"`}},
+		{"module syntax", []string{"--module", "routing"}, []string{`--module "routing": want STAGE=SOURCE`}},
+		{"module stage", []string{"--module", "routing=x.wasm"}, []string{`--module: modules[0].stage: Unsupported value: "routing"`}},
+		{"module builtin", []string{"--module", "topology=builtin:nope"}, []string{`--module: modules[0].source: Unsupported value: "builtin:nope"`}},
 		{"every problem", []string{"--proxy-mode", "ipvs", "--cluster-cidr", "x", "--ip-families", "ip4"},
 			[]string{"--proxy-mode", "--cluster-cidr", "--ip-families"}},
-		{"unknown flag", []string{"--bind-address", "0.0.0.0"}, []string{"unknown flag: --bind-address"}},
+		{"unknown flag", []string{"--bind-adress", "0.0.0.0"}, []string{"unknown flag: --bind-adress"}},
 		{"node not in source", []string{"--source", "SAMPLE", "--hostname-override", "node-z"}, []string{`node "node-z" not found`, "--ip-families"}},
 		{"missing source", []string{"--source", "/does/not/exist.yaml", "--hostname-override", "node-a"}, []string{"--source: snapshot: ", "/does/not/exist.yaml"}},
 		{"primary without IPv6", []string{"--source", "SAMPLE", "--hostname-override", "node-z", "--ip-families", "ipv4"},
@@ -169,28 +202,43 @@ func TestRunFlagErrors(t *testing.T) {
 
 func TestRunFlagsConfig(t *testing.T) {
 	hostname := func() (string, error) { return "Worker-1", nil }
+	defaults := func() *v1alpha1.WaspConfiguration {
+		c := &v1alpha1.WaspConfiguration{}
+		config.Default(c)
+		return c
+	}
 	tests := []struct {
 		name string
 		args []string
 		want runConfig
 	}{
 		{"defaults", nil, runConfig{
-			nodeName: "worker-1", sourcePoll: time.Second, nodePortPrimary: true, minSyncPeriod: time.Second,
-			healthzBindAddress: "0.0.0.0:10256",
+			config: defaults(), qps: 5, burst: 10, contentType: "application/vnd.kubernetes.protobuf",
+			nodeName: "worker-1", sourcePoll: time.Second, ipFamilyPolicy: "PreferDualStack", nodePortPrimary: true, masqueradeBit: 14,
+			syncPeriod: 30 * time.Second, minSyncPeriod: time.Second, configSyncPeriod: 15 * time.Minute,
+			healthzBindAddress: "0.0.0.0:10256", metricsBindAddress: "127.0.0.1:10249",
 		}},
 		{"everything", []string{
 			"--kubeconfig", "/etc/k.conf", "--master", "https://10.0.0.1:6443", "--hostname-override", " Node-A ",
-			"--cluster-cidr", "10.244.0.0/16,fd00:10:244::/56", "--nodeport-addresses", "10.0.0.1/8,::/0",
-			"--masquerade-all", "--min-sync-period", "5s", "--healthz-bind-address", "", "--ip-families", "ipv6,IPv4,ipv6",
-			"--module", "endpoint-selection=builtin:selection", "--proxy-mode", "nftables", "--cleanup",
+			"--bind-address", "2001:db8::1", "--cluster-cidr", "10.244.0.0/16, fd00:10:244::/56", "--nodeport-addresses", "10.0.0.1/8,::/0",
+			"--masquerade-all", "--sync-period", "1m", "--min-sync-period", "0s", "--config-sync-period", "1h",
+			"--healthz-bind-address", "", "--metrics-bind-address", "[::1]:9999", "--profiling-bind-address", "127.0.0.1:6060",
+			"--ip-families", "ipv6,IPv4,ipv6", "--module", "endpoint-selection=builtin:selection", "--module", "topology=/m/t.wasm",
+			"--proxy-mode", "nftables", "--cleanup", "--init-only",
 		}, runConfig{
-			kubeconfig: "/etc/k.conf", master: "https://10.0.0.1:6443", nodeName: "node-a", sourcePoll: time.Second,
+			kubeconfig: "/etc/k.conf", master: "https://10.0.0.1:6443", qps: 5, burst: 10, contentType: "application/vnd.kubernetes.protobuf",
+			nodeName: "node-a", sourcePoll: time.Second, ipFamilyPolicy: "PreferDualStack",
+			nodeIPs:       []netip.Addr{netip.MustParseAddr("2001:db8::1")},
 			clusterCIDRs:  []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")},
 			nodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::/0")},
-			masqueradeAll: true, minSyncPeriod: 5 * time.Second,
+			masqueradeAll: true, masqueradeBit: 14, syncPeriod: time.Minute, configSyncPeriod: time.Hour,
+			metricsBindAddress: "[::1]:9999", profilingBindAddress: "127.0.0.1:6060",
 			families: []backends.Family{backends.IPv4, backends.IPv6},
-			specs:    []chain.Spec{{Stage: 3, Source: "builtin:selection"}},
-			cleanup:  true,
+			specs: []chain.Spec{
+				{Stage: 3, Source: "builtin:selection", Limits: runtime.Limits{MemoryBytes: 256 << 20, Timeout: 2 * time.Second}},
+				{Stage: 1, Source: "file:///m/t.wasm", Limits: runtime.Limits{MemoryBytes: 256 << 20, Timeout: 2 * time.Second}},
+			},
+			cleanup: true, initOnly: true,
 		}},
 	}
 	for _, tc := range tests {
@@ -201,11 +249,19 @@ func TestRunFlagsConfig(t *testing.T) {
 			if err := cmd.Flags().Parse(tc.args); err != nil {
 				t.Fatal(err)
 			}
-			got, err := f.config(hostname)
+			cfg, err := f.waspConfig(cmd.Flags(), func(s string) { t.Errorf("warning %q", s) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := newRunConfig(cfg, &f, hostname)
 			if err != nil {
 				t.Fatal(err)
 			}
 			got.cacheDir = ""
+			if tc.want.config != nil && !reflect.DeepEqual(got.config, tc.want.config) {
+				t.Errorf("config\n%+v\nwant\n%+v", got.config, tc.want.config)
+			}
+			got.config, tc.want.config = nil, nil
 			if !reflect.DeepEqual(*got, tc.want) {
 				t.Errorf("got  %+v\nwant %+v", *got, tc.want)
 			}
@@ -334,8 +390,8 @@ func TestCleanup(t *testing.T) {
 	}
 }
 
-// TestNodeFamilies: --ip-families, else the Node's primary IPs, decide
-// the families.
+// TestNodeFamilies: --ip-families, else ipFamilyPolicy over the node's
+// primary IPs (nodeIPOverride's first), decide the families.
 func TestNodeFamilies(t *testing.T) {
 	n := func(addrs ...string) *v1.Node {
 		node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
@@ -344,22 +400,34 @@ func TestNodeFamilies(t *testing.T) {
 		}
 		return node
 	}
+	v4, v6, both := []backends.Family{backends.IPv4}, []backends.Family{backends.IPv6}, []backends.Family{backends.IPv4, backends.IPv6}
 	tests := []struct {
-		name    string
-		flags   []backends.Family
-		node    *v1.Node
-		want    []backends.Family
-		wantErr string
+		name     string
+		flags    []backends.Family
+		policy   v1alpha1.IPFamilyPolicy
+		override []string
+		node     *v1.Node
+		want     []backends.Family
+		wantErr  string
 	}{
-		{"flag wins", []backends.Family{backends.IPv6}, n("10.0.0.1"), []backends.Family{backends.IPv6}, ""},
-		{"single stack", nil, n("10.0.0.1", "10.0.0.2"), []backends.Family{backends.IPv4}, ""},
-		{"dual stack, IPv6 primary", nil, n("fd00::1", "10.0.0.1"), []backends.Family{backends.IPv4, backends.IPv6}, ""},
-		{"no address", nil, n(), nil, "has no InternalIP or ExternalIP address"},
-		{"no node", nil, nil, nil, "not found"},
+		{"flag wins", v6, v1alpha1.RequireDualStack, nil, n("10.0.0.1"), v6, ""},
+		{"single stack", nil, "", nil, n("10.0.0.1", "10.0.0.2"), v4, ""},
+		{"dual stack, IPv6 primary", nil, v1alpha1.PreferDualStack, nil, n("fd00::1", "10.0.0.1"), both, ""},
+		{"SingleStack: the first IP's family", nil, v1alpha1.SingleStack, nil, n("fd00::1", "10.0.0.1"), v6, ""},
+		{"SingleStack: the override's family", nil, v1alpha1.SingleStack, []string{"10.0.0.9"}, n("fd00::1", "10.0.0.1"), v4, ""},
+		{"RequireDualStack", nil, v1alpha1.RequireDualStack, nil, n("fd00::1", "10.0.0.1"), both, ""},
+		{"RequireDualStack, one family", nil, v1alpha1.RequireDualStack, nil, n("10.0.0.1"), nil, "ipFamilyPolicy RequireDualStack: the node has no primary IPv6"},
+		{"override adds a family", nil, v1alpha1.PreferDualStack, []string{"fd00::9"}, n("10.0.0.1"), both, ""},
+		{"no address", nil, "", nil, n(), nil, "has no InternalIP or ExternalIP address"},
+		{"no node", nil, "", nil, nil, nil, "not found"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := nodeFamilies(&runConfig{nodeName: "n", families: tc.flags}, tc.node)
+			c := &runConfig{nodeName: "n", families: tc.flags, ipFamilyPolicy: tc.policy}
+			for _, s := range tc.override {
+				c.nodeIPs = append(c.nodeIPs, netip.MustParseAddr(s))
+			}
+			got, err := nodeFamilies(c, tc.node)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("got error %v, want one containing %q", err, tc.wantErr)
@@ -373,5 +441,263 @@ func TestNodeFamilies(t *testing.T) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// writeFile writes data to a new file named name and returns its path.
+func writeFile(t *testing.T, name, data string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const waspFile = `apiVersion: wasp.dev/v1alpha1
+kind: WaspConfiguration
+hostnameOverride: file-node
+syncPeriod: 45s
+detectLocal:
+  clusterCIDRs: [10.244.0.0/16]
+`
+
+// configFlagArgs gives every flag that sets a field of the configuration
+// a valid value that differs from waspFile's.
+var configFlagArgs = map[string]string{
+	"kubeconfig": "/k", "bind-address": "192.0.2.1", "proxy-mode": "nftables", "sync-period": "1m",
+	"min-sync-period": "2s", "config-sync-period": "1h", "cluster-cidr": "10.0.0.0/8", "nodeport-addresses": "0.0.0.0/0",
+	"healthz-bind-address": "", "metrics-bind-address": "", "profiling-bind-address": "127.0.0.1:1",
+	"masquerade-all": "true", "oom-score-adj": "5", "conntrack-max-per-core": "1", "conntrack-min": "1",
+	"conntrack-tcp-timeout-established": "1s", "conntrack-tcp-timeout-close-wait": "1s", "conntrack-tcp-be-liberal": "true",
+	"conntrack-udp-timeout": "1s", "conntrack-udp-timeout-stream": "1s", "module": "topology=builtin:topology",
+}
+
+// loadWritten loads what --write-config-to wrote.
+func loadWritten(t *testing.T, path string) *v1alpha1.WaspConfiguration {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, w, err := config.Load(data)
+	if err != nil || len(w) > 0 {
+		t.Fatalf("%v, warnings %q:\n%s", err, w, data)
+	}
+	return c
+}
+
+// TestRunConfigPrecedence: kube-proxy's rules. With --config, the flags
+// that set a field are ignored, each with a warning; --hostname-override
+// wins, --master, --cleanup, --init-only, --write-config-to and wasp's own
+// flags apply. Without it, the flags build the configuration.
+func TestRunConfigPrecedence(t *testing.T) {
+	t.Run("every field flag is ignored with a warning", func(t *testing.T) {
+		if len(configFlagArgs) != len(configFlags) {
+			t.Fatalf("%d flags in the test, %d in configFlags", len(configFlagArgs), len(configFlags))
+		}
+		out := filepath.Join(t.TempDir(), "out.yaml")
+		args := []string{"run", "--config", writeFile(t, "c.yaml", waspFile), "--write-config-to", out}
+		for _, cf := range configFlags {
+			args = append(args, "--"+cf.flag+"="+configFlagArgs[cf.flag])
+		}
+		stderr, err := execute(t, newFakeEnv().env(), nil, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cf := range configFlags {
+			if want := "wasp: warning: --" + cf.flag + " is ignored: --config is given (set " + cf.field + " in the file)"; !strings.Contains(stderr, want) {
+				t.Errorf("no warning %q in\n%s", want, stderr)
+			}
+		}
+		want := &v1alpha1.WaspConfiguration{HostnameOverride: "file-node", SyncPeriod: metav1.Duration{Duration: 45 * time.Second},
+			DetectLocal: v1alpha1.DetectLocalConfiguration{ClusterCIDRs: []string{"10.244.0.0/16"}}}
+		config.Default(want)
+		if got := loadWritten(t, out); !reflect.DeepEqual(got, want) {
+			t.Errorf("wrote %+v\nwant the file's %+v", got, want)
+		}
+	})
+	t.Run("no warning without flags", func(t *testing.T) {
+		stderr, err := execute(t, newFakeEnv().env(), nil, "run", "--config", writeFile(t, "c.yaml", waspFile),
+			"--write-config-to", filepath.Join(t.TempDir(), "out.yaml"))
+		if err != nil || stderr != "" {
+			t.Errorf("error %v, output %q", err, stderr)
+		}
+	})
+	t.Run("hostname-override wins, trimmed and lower-cased", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "out.yaml")
+		stderr, err := execute(t, newFakeEnv().env(), nil, "run", "--config", writeFile(t, "c.yaml", waspFile),
+			"--hostname-override", " Node-B ", "--write-config-to", out)
+		if err != nil || stderr != "" {
+			t.Fatalf("error %v, output %q", err, stderr)
+		}
+		if got := loadWritten(t, out).HostnameOverride; got != "node-b" {
+			t.Errorf("hostnameOverride %q, want node-b", got)
+		}
+	})
+	t.Run("a blank hostname-override is an error", func(t *testing.T) {
+		_, err := execute(t, newFakeEnv().env(), nil, "run", "--config", writeFile(t, "c.yaml", waspFile), "--hostname-override", " ")
+		if err == nil || !strings.Contains(err.Error(), "--hostname-override: empty") {
+			t.Errorf("got error %v", err)
+		}
+	})
+	t.Run("wasp --config, as kube-proxy", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "out.yaml")
+		if _, err := execute(t, newFakeEnv().env(), nil, "--config", writeFile(t, "c.yaml", waspFile), "--write-config-to", out); err != nil {
+			t.Fatal(err)
+		}
+		if got := loadWritten(t, out).SyncPeriod.Duration; got != 45*time.Second {
+			t.Errorf("syncPeriod %v, want the file's 45s", got)
+		}
+	})
+	t.Run("kube-proxy's file converted", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "out.yaml")
+		kp := writeFile(t, "kp.yaml", "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n"+
+			"clusterCIDR: 10.244.0.0/16,fd00::/56\nnftables:\n  masqueradeAll: true\n  minSyncPeriod: 3s\n")
+		if _, err := execute(t, newFakeEnv().env(), nil, "--config", kp, "--write-config-to", out); err != nil {
+			t.Fatal(err)
+		}
+		got := loadWritten(t, out)
+		if !got.Linux.MasqueradeAll || got.MinSyncPeriod.Duration != 3*time.Second || len(got.DetectLocal.ClusterCIDRs) != 2 {
+			t.Errorf("converted to %+v", got)
+		}
+	})
+	t.Run("master applies", func(t *testing.T) {
+		_, err := execute(t, newFakeEnv().env(), nil, "run", "--config", writeFile(t, "c.yaml", waspFile),
+			"--source", sample(t), "--master", "https://192.0.2.1:6443")
+		if err == nil || !strings.Contains(err.Error(), "--source and --master") {
+			t.Errorf("got error %v, want --master taken with --config", err)
+		}
+	})
+	t.Run("cleanup and ip-families apply", func(t *testing.T) {
+		fe := newFakeEnv()
+		if _, err := execute(t, fe.env(), nil, "run", "--config", writeFile(t, "c.yaml", waspFile), "--cleanup", "--ip-families", "ipv6"); err != nil {
+			t.Fatal(err)
+		}
+		if fe.backend(backends.IPv4) != nil || fe.backend(backends.IPv6) == nil || fe.backend(backends.IPv6).Counts().Cleanups != 1 {
+			t.Errorf("want IPv6 cleaned up alone")
+		}
+	})
+	t.Run("init-only runs the node setup with the file and exits", func(t *testing.T) {
+		fe := newFakeEnv()
+		if _, err := execute(t, fe.env(), nil, "run", "--config", writeFile(t, "c.yaml", waspFile), "--init-only", "--oom-score-adj", "7"); err != nil {
+			t.Fatal(err)
+		}
+		if len(fe.setups) != 1 || *fe.setups[0].Linux.OOMScoreAdj != v1alpha1.DefaultOOMScoreAdj || fe.setups[0].HostnameOverride != "file-node" {
+			t.Fatalf("node setups %+v, want one with the file's configuration", fe.setups)
+		}
+		if len(fe.backends) != 0 {
+			t.Errorf("backends opened by --init-only: %v", fe.backends)
+		}
+	})
+	t.Run("without --config the flags build it", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "out.yaml")
+		args := []string{"run", "--write-config-to", out, "--hostname-override", "node-a"}
+		for _, cf := range configFlags {
+			args = append(args, "--"+cf.flag+"="+configFlagArgs[cf.flag])
+		}
+		stderr, err := execute(t, newFakeEnv().env(), nil, args...)
+		if err != nil || stderr != "" {
+			t.Fatalf("error %v, output %q", err, stderr)
+		}
+		got := loadWritten(t, out)
+		ct := got.Linux.Conntrack
+		for name, ok := range map[string]bool{
+			"kubeconfig":         got.ClientConnection.Kubeconfig == "/k",
+			"bind-address":       reflect.DeepEqual(got.NodeIPOverride, []string{"192.0.2.1"}),
+			"sync periods":       got.SyncPeriod.Duration == time.Minute && got.MinSyncPeriod.Duration == 2*time.Second && got.ConfigSyncPeriod.Duration == time.Hour,
+			"cluster-cidr":       reflect.DeepEqual(got.DetectLocal.ClusterCIDRs, []string{"10.0.0.0/8"}),
+			"nodeport-addresses": reflect.DeepEqual(got.NodePortAddresses, []string{"0.0.0.0/0"}),
+			"bind addresses":     *got.HealthzBindAddress == "" && *got.MetricsBindAddress == "" && got.ProfilingBindAddress == "127.0.0.1:1",
+			"masquerade-all":     got.Linux.MasqueradeAll,
+			"oom-score-adj":      *got.Linux.OOMScoreAdj == 5,
+			"conntrack":          *ct.MaxPerCore == 1 && *ct.Min == 1 && ct.TCPEstablishedTimeout.Duration == time.Second && ct.TCPCloseWaitTimeout.Duration == time.Second && ct.TCPBeLiberal && ct.UDPTimeout.Duration == time.Second && ct.UDPStreamTimeout.Duration == time.Second,
+			"module":             len(got.Modules) == 1 && got.Modules[0].Source == "builtin:topology",
+			"hostname-override":  got.HostnameOverride == "node-a",
+		} {
+			if !ok {
+				t.Errorf("%s not in the configuration: %+v", name, got)
+			}
+		}
+	})
+}
+
+// TestRunConfigInvalid: an invalid file stops wasp with every problem, and
+// nothing is programmed; configHardFail: false makes unknown fields
+// warnings, never invalid values.
+func TestRunConfigInvalid(t *testing.T) {
+	fe := newFakeEnv()
+	bad := writeFile(t, "bad.yaml", "apiVersion: wasp.dev/v1alpha1\nkind: WaspConfiguration\nfoo: 1\nmode: ipvs\nnftables:\n  masqueradeBit: 40\n")
+	_, err := execute(t, fe.env(), nil, "run", "--config", bad, "--source", sample(t), "--hostname-override", "node-a")
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"invalid, nothing applied:\n", "\n  foo: Forbidden: unknown field", `\n  mode: Invalid value: "ipvs"`, "\n  nftables.masqueradeBit: Invalid value: 40: must be in [0,31]"} {
+		if !strings.Contains(err.Error(), strings.ReplaceAll(want, `\n`, "\n")) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if len(fe.backends) != 0 || len(fe.setups) != 0 {
+		t.Errorf("something was applied: backends %v, node setups %d", fe.backends, len(fe.setups))
+	}
+
+	soft := writeFile(t, "soft.yaml", "apiVersion: wasp.dev/v1alpha1\nkind: WaspConfiguration\nconfigHardFail: false\nfoo: 1\n")
+	stderr, err := execute(t, newFakeEnv().env(), nil, "run", "--config", soft, "--write-config-to", filepath.Join(t.TempDir(), "o.yaml"))
+	if err != nil || !strings.Contains(stderr, "foo: Forbidden: unknown field (configHardFail is false, so this is ignored)") {
+		t.Errorf("error %v, output %q", err, stderr)
+	}
+	soft = writeFile(t, "soft.yaml", "apiVersion: wasp.dev/v1alpha1\nkind: WaspConfiguration\nconfigHardFail: false\nfoo: 1\noomScoreAdj: 5\nlinux:\n  oomScoreAdj: 5000\n")
+	_, err = execute(t, newFakeEnv().env(), nil, "run", "--config", soft, "--write-config-to", filepath.Join(t.TempDir(), "o.yaml"))
+	if err == nil || !strings.Contains(err.Error(), "linux.oomScoreAdj: Invalid value: 5000") {
+		t.Errorf("got error %v, want the invalid value fatal despite configHardFail: false", err)
+	}
+}
+
+const kubeProxyFile = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+clusterCIDR: 10.244.0.0/16
+healthzBindAddress: 127.0.0.1:0
+nftables:
+  masqueradeBit: 15
+`
+
+// TestRunConfigFile runs wasp over kube-proxy's file and the sample
+// cluster; a change of the file makes it exit with an error, for its
+// supervisor to restart it.
+func TestRunConfigFile(t *testing.T) {
+	fe := newFakeEnv()
+	path := writeFile(t, "config.conf", kubeProxyFile)
+	synced := func() bool {
+		b4, b6 := fe.backend(backends.IPv4), fe.backend(backends.IPv6)
+		return b4 != nil && b6 != nil && b4.Counts().Syncs > 0 && b6.Counts().Syncs > 0
+	}
+	written := false
+	stop := func() bool {
+		if synced() && !written {
+			written = true
+			if err := os.WriteFile(path, []byte(kubeProxyFile+"oomScoreAdj: -1\n"), 0o644); err != nil {
+				t.Error(err)
+			}
+		}
+		return false // the change must stop it
+	}
+	_, err := execute(t, fe.env(), stop, "--config", path, "--source", sample(t), "--hostname-override", "node-a")
+	if !written {
+		t.Fatalf("the backends never synced; error %v", err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "--config "+path+" changed") {
+		t.Fatalf("got error %v, want the change reported", err)
+	}
+	if dump := fe.backend(backends.IPv4).Dump(); !strings.Contains(dump, "cluster-cidrs { 10.244.0.0/16 }") {
+		t.Errorf("the file's clusterCIDR is not programmed:\n%s", dump)
+	}
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	if fe.masqBits[backends.IPv4] != 15 || fe.masqBits[backends.IPv6] != 15 {
+		t.Errorf("masquerade bits %v, want the file's 15", fe.masqBits)
+	}
+	if len(fe.setups) != 1 {
+		t.Errorf("%d node setups, want 1", len(fe.setups))
 	}
 }
