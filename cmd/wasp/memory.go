@@ -74,14 +74,65 @@ func setMemoryPolicy(getenv func(string) string, cgroupLimit func() (int64, erro
 // resident size would stay near its peak for minutes. It costs one
 // blocking collection per full sync: tens of milliseconds at 10k Services,
 // against the seconds of the sync.
-func freeOSMemory(ctx context.Context) {
+func freeOSMemory(ctx context.Context) { releaseMemory(ctx, "full sync") }
+
+// releaseMemory collects and returns all free heap to the operating
+// system, logging why.
+func releaseMemory(ctx context.Context, why string) {
 	start := time.Now()
 	debug.FreeOSMemory()
 	if logger := klog.FromContext(ctx).V(2); logger.Enabled() {
 		var ms goruntime.MemStats
 		goruntime.ReadMemStats(&ms)
-		logger.Info("Returned free memory to the OS after a full sync", "elapsed", time.Since(start),
+		logger.Info("Returned free memory to the OS", "after", why, "elapsed", time.Since(start),
 			"heapInUseMiB", ms.HeapInuse>>20, "heapReleasedMiB", ms.HeapReleased>>20, "sysMiB", ms.Sys>>20)
+	}
+}
+
+// idleReleasePeriod is how often releaseWhenIdle looks at the sync count:
+// free memory goes back to the OS between one and two periods after the
+// last sync of a burst.
+const idleReleasePeriod = 10 * time.Second
+
+// releaseWhenIdle returns free memory to the operating system once the
+// proxy has stopped syncing, until ctx is done. Between collections the
+// heap grows to 1 + GOGC/100 times the live heap, and the scavenger only
+// trims what lies beyond that, so after a burst of changes the process
+// would keep that garbage's pages for good. One forced collection when the
+// proxy goes idle gives them back; while changes keep coming, nothing is
+// forced and the collector paces itself. syncs returns the number of syncs
+// so far.
+func releaseWhenIdle(ctx context.Context, syncs func() uint64) {
+	r := idleReleaser{syncs: syncs, release: func() { releaseMemory(ctx, "syncs stopped") }}
+	r.last = syncs()
+	t := time.NewTicker(idleReleasePeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.tick()
+		}
+	}
+}
+
+// idleReleaser calls release once per burst of syncs, at the first tick
+// that sees no sync since the previous one.
+type idleReleaser struct {
+	syncs   func() uint64
+	release func()
+	last    uint64 // syncs at the previous tick
+	pending bool   // syncs ran since the last release
+}
+
+func (r *idleReleaser) tick() {
+	switch n := r.syncs(); {
+	case n != r.last:
+		r.last, r.pending = n, true
+	case r.pending:
+		r.pending = false
+		r.release()
 	}
 }
 

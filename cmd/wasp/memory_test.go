@@ -85,3 +85,30 @@ func TestMemoryPolicy(t *testing.T) {
 		})
 	}
 }
+
+func TestIdleReleaser(t *testing.T) {
+	var syncs uint64
+	released := 0
+	r := idleReleaser{syncs: func() uint64 { return syncs }, release: func() { released++ }}
+	steps := []struct {
+		syncs uint64 // count seen at the tick
+		want  int    // releases so far
+	}{
+		{0, 0}, // nothing happened
+		{0, 0},
+		{1, 0}, // a sync: wait for a quiet tick
+		{3, 0}, // still syncing
+		{3, 1}, // quiet: release once
+		{3, 1}, // still quiet: nothing more to return
+		{3, 1},
+		{4, 1},
+		{4, 2},
+	}
+	for i, s := range steps {
+		syncs = s.syncs
+		r.tick()
+		if released != s.want {
+			t.Fatalf("tick %d (syncs %d): %d releases, want %d", i, s.syncs, released, s.want)
+		}
+	}
+}

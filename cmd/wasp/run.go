@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/chain"
 	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
 	"github.com/wasp-proxy/wasp/host/healthcheck"
+	"github.com/wasp-proxy/wasp/host/nodesetup"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/proxy"
 	"github.com/wasp-proxy/wasp/host/runtime"
@@ -77,6 +79,7 @@ func defaultEnv() env {
 		},
 		interfaceAddrs: interfaceAddrs,
 		nodeWait:       30 * time.Second,
+		setupNode:      setupNodeKernel,
 	}
 }
 
@@ -320,6 +323,50 @@ func (f *runFlags) run(cmd *cobra.Command, e env) error {
 	return err
 }
 
+// setupNodeKernel is the node setup of a real node: kube-proxy's
+// conntrack sysctls and the kernel probes (host/nodesetup), then the
+// process's oom_score_adj. The report goes to the log (and, with
+// --init-only, that is all wasp does).
+func setupNodeKernel(ctx context.Context, c *v1alpha1.WaspConfiguration) error {
+	logger := klog.FromContext(ctx)
+	r, err := nodesetup.Run(ctx, nodesetup.Config{Conntrack: conntrackSettings(&c.Linux.Conntrack)})
+	logger.Info("Node setup\n" + r.String())
+	if err != nil {
+		return err
+	}
+	if c.Linux.OOMScoreAdj != nil {
+		// As upstream: a failure (no CAP_SYS_RESOURCE to lower it) is
+		// logged, not fatal.
+		if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(int(*c.Linux.OOMScoreAdj))), 0); err != nil {
+			logger.Info("Warning: oom_score_adj not set", "value", *c.Linux.OOMScoreAdj, "err", err)
+		}
+	}
+	return nil
+}
+
+// conntrackSettings converts the config's conntrack section; unset means
+// unchanged (0).
+func conntrackSettings(c *v1alpha1.ConntrackConfiguration) nodesetup.Conntrack {
+	ct := nodesetup.Conntrack{
+		TCPBeLiberal:     c.TCPBeLiberal,
+		UDPTimeout:       c.UDPTimeout.Duration,
+		UDPStreamTimeout: c.UDPStreamTimeout.Duration,
+	}
+	if c.MaxPerCore != nil {
+		ct.MaxPerCore = int(*c.MaxPerCore)
+	}
+	if c.Min != nil {
+		ct.Min = int(*c.Min)
+	}
+	if c.TCPEstablishedTimeout != nil {
+		ct.TCPEstablishedTimeout = c.TCPEstablishedTimeout.Duration
+	}
+	if c.TCPCloseWaitTimeout != nil {
+		ct.TCPCloseWaitTimeout = c.TCPCloseWaitTimeout.Duration
+	}
+	return ct
+}
+
 // setupNode runs e's node setup, if there is one.
 func setupNode(ctx context.Context, e env, c *v1alpha1.WaspConfiguration) error {
 	if e.setupNode == nil {
@@ -461,6 +508,7 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 	if src != nil {
 		goRun(func() { src.Run(ctx) })
 	}
+	goRun(func() { releaseWhenIdle(ctx, func() uint64 { return p.Stats().Syncs }) })
 
 	var names []string
 	for _, f := range families {

@@ -89,7 +89,9 @@ func Run(ctx context.Context, opts Opts) (err error) {
 	node := c.Node(proxyNode)
 
 	args := []string{"run", "--source", source, "--hostname-override", proxyNode,
-		"--cluster-cidr", clusterCIDR, "--healthz-bind-address", "127.0.0.1:10256"}
+		"--cluster-cidr", clusterCIDR, "--healthz-bind-address", "127.0.0.1:10256",
+		// The conntrack table's size is the host's, not the lab's: leave it.
+		"--conntrack-max-per-core", "0"}
 	for _, m := range opts.Modules {
 		args = append(args, "--module", m)
 	}

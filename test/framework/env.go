@@ -263,6 +263,9 @@ func (e *Env) DefaultArgs() []string {
 		"--hostname-override", ProxyNode,
 		"--cluster-cidr", ClusterCIDRs,
 		"--min-sync-period", "100ms",
+		// The conntrack table's size is the machine's, not the node
+		// namespace's: leave it (the timeouts are per namespace).
+		"--conntrack-max-per-core", "0",
 		"-v", "2",
 	}
 }
