@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 
 	fw "github.com/wasp-proxy/wasp/test/framework"
 )
@@ -25,8 +27,10 @@ import (
 var deployDir = filepath.Join("..", "..", "deploy", "overlays", "example")
 
 // TestDeploy applies deploy's manifests to a real apiserver, every object
-// for real with strict field validation, then runs wasp with exactly the
-// role they grant: as the wasp ServiceAccount, with a token minted for it.
+// for real with strict field validation, then runs wasp as the DaemonSet
+// does (its init container's and proxy container's arguments, the
+// configuration of its ConfigMap) with exactly the role they grant: as the
+// wasp ServiceAccount, with a token minted for it.
 func TestDeploy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -51,7 +55,7 @@ func TestDeploy(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("the role allows what wasp reads and nothing else", func(t *testing.T) { testRole(t, s, saConfig) })
-	t.Run("wasp programs a Service as its ServiceAccount", func(t *testing.T) { testRunAsServiceAccount(t, s, kubeconfig) })
+	t.Run("wasp runs as the DaemonSet runs it", func(t *testing.T) { testRunAsServiceAccount(t, s, ds, kubeconfig) })
 }
 
 // checkReferences checks that what the DaemonSet's pods would need exists
@@ -141,16 +145,19 @@ func testRole(t *testing.T, s *suite, cfg *rest.Config) {
 	}
 }
 
-// testRunAsServiceAccount runs wasp with the ServiceAccount's kubeconfig
-// and checks that it programs a Service, and that the apiserver refused
-// it nothing along the way.
-func testRunAsServiceAccount(t *testing.T, s *suite, kubeconfig string) {
-	args := slices.Clone(s.env.DefaultArgs())
-	i := slices.Index(args, "--kubeconfig")
-	if i < 0 {
-		t.Fatalf("wasp's default arguments %q have no --kubeconfig", args)
+// testRunAsServiceAccount runs wasp as the DaemonSet does, in the proxy
+// node: first its init container's command, then its proxy container's,
+// with the applied configuration; and checks that wasp programs a Service
+// with the ServiceAccount's token, and that the apiserver refused it
+// nothing along the way.
+func testRunAsServiceAccount(t *testing.T, s *suite, ds *appsv1.DaemonSet, kubeconfig string) {
+	spec := ds.Spec.Template.Spec
+	config := labConfig(t, s, ds, kubeconfig)
+	initArgs := podArgs(t, s, container(t, spec.InitContainers, "node-setup"), config)
+	if out, err := s.env.RunWasp(s.ctx, initArgs...); err != nil {
+		t.Fatalf("the init container's wasp %q: %v\n%s", initArgs, err, out)
 	}
-	args[i+1] = kubeconfig
+	args := append(podArgs(t, s, container(t, spec.Containers, "wasp"), config), "-v", "2")
 	w := s.env.StartProcess(t, s.env.ProxyNS(), s.env.WaspBin, args...)
 
 	ns := s.namespace(t)
@@ -164,4 +171,88 @@ func testRunAsServiceAccount(t *testing.T, s *suite, kubeconfig string) {
 	if log := w.Log(); strings.Contains(log, "forbidden") {
 		t.Errorf("the apiserver refused wasp something its role should grant:\n%s", log)
 	}
+}
+
+// labConfig writes the configuration of the applied wasp-config
+// ConfigMap, as the pod would mount it, to a file, with what the lab
+// needs instead of a pod's: the ServiceAccount's kubeconfig for the
+// in-cluster client (there is no pod token file here), and
+// nf_conntrack_max left alone (linux.conntrack.maxPerCore 0), because the
+// node set-up can raise the global limits only from the host's initial
+// network namespace, and the lab's node is another one.
+func labConfig(t *testing.T, s *suite, ds *appsv1.DaemonSet, kubeconfig string) string {
+	t.Helper()
+	var name string
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.ConfigMap != nil && strings.HasPrefix(v.ConfigMap.Name, "wasp-config") {
+			name = v.ConfigMap.Name
+		}
+	}
+	cm, err := s.env.Client.CoreV1().ConfigMaps(ds.Namespace).Get(s.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the DaemonSet's wasp-config: %v", err)
+	}
+	var c map[string]any
+	if err := yaml.Unmarshal([]byte(cm.Data["config.yaml"]), &c); err != nil {
+		t.Fatalf("ConfigMap %s config.yaml: %v", cm.Name, err)
+	}
+	c["clientConnection"] = map[string]any{"kubeconfig": kubeconfig}
+	linux, _ := c["linux"].(map[string]any)
+	if linux == nil {
+		linux = map[string]any{}
+	}
+	conntrack, _ := linux["conntrack"].(map[string]any)
+	if conntrack == nil {
+		conntrack = map[string]any{}
+	}
+	conntrack["maxPerCore"] = 0
+	linux["conntrack"], c["linux"] = conntrack, linux
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(s.env.Dir, "config.yaml")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// podArgs returns c's arguments as the kubelet would pass them on the
+// proxy node, with the configuration at config and the module cache in
+// the test's directory. It fails t if c does not read its configuration
+// where the ConfigMap is mounted.
+func podArgs(t *testing.T, s *suite, c *v1.Container, config string) []string {
+	t.Helper()
+	var mount string
+	for _, m := range c.VolumeMounts {
+		if strings.HasPrefix(m.Name, "config") {
+			mount = m.MountPath
+		}
+	}
+	args := slices.Clone(c.Args)
+	found := false
+	for i, a := range args {
+		switch {
+		case mount != "" && a == "--config="+mount+"/config.yaml":
+			args[i], found = "--config="+config, true
+		case strings.HasPrefix(a, "--cache-dir="):
+			args[i] = "--cache-dir=" + filepath.Join(s.env.Dir, "cache")
+		}
+		args[i] = strings.ReplaceAll(args[i], "$(NODE_NAME)", fw.ProxyNode)
+	}
+	if !found {
+		t.Fatalf("container %s: args %q do not read the configuration mounted at %q", c.Name, c.Args, mount)
+	}
+	return args
+}
+
+// container returns the container called name of cs.
+func container(t *testing.T, cs []v1.Container, name string) *v1.Container {
+	t.Helper()
+	i := slices.IndexFunc(cs, func(c v1.Container) bool { return c.Name == name })
+	if i < 0 {
+		t.Fatalf("the DaemonSet has no container %q", name)
+	}
+	return &cs[i]
 }
