@@ -66,8 +66,10 @@ type Opts struct {
 	// MinSyncPeriod is the least time between syncs after a burst of 2.
 	// Optional; default DefaultMinSyncPeriod.
 	MinSyncPeriod time.Duration
-	// RetryPeriod is how long after a failed sync it is retried. Optional;
-	// default DefaultRetryPeriod.
+	// RetryPeriod is the longest a failed sync waits for its retry: the
+	// first retry comes a second after the failure, each next one after
+	// twice the previous wait, up to RetryPeriod. Optional; default
+	// DefaultRetryPeriod.
 	RetryPeriod time.Duration
 	// Health is told about queued and synced updates and the Node.
 	// Optional.

@@ -14,8 +14,11 @@ import (
 //   - requests coalesce: any number of them between two runs cause one run;
 //   - a token bucket of size burst, refilled one token per minInterval,
 //     bounds how often fn runs;
-//   - when fn fails, it runs again retryPeriod later even without a request
-//     (a request before then runs it sooner).
+//   - when fn fails, it runs again later even without a request (a request
+//     before then runs it sooner): retryBase after the first failure,
+//     doubling with each failure in a row up to retryPeriod, so that a
+//     passing problem (the apiserver restarting, a busy kernel) costs
+//     seconds while a lasting one is retried at upstream's pace.
 //
 // It is written here, not taken from client-go's flowcontrol, because
 // flowcontrol's rate limiters only answer "may I run now" or block: the
@@ -34,9 +37,23 @@ type runner struct {
 	wake    chan struct{} // cap 1: tells loop to look at pending
 
 	// Owned by loop.
-	tokens  int
-	refill  time.Time // when tokens were last topped up
-	retryAt time.Time // zero: no retry scheduled
+	tokens   int
+	refill   time.Time // when tokens were last topped up
+	retryAt  time.Time // zero: no retry scheduled
+	failures int       // fn's failures in a row
+}
+
+// retryBase is the first retry's delay after a failure; see runner.
+const retryBase = time.Second
+
+// retryDelay is the delay before the retry after failures failures in a
+// row (at least 1).
+func (r *runner) retryDelay(failures int) time.Duration {
+	d := retryBase
+	for i := 1; i < failures && d < r.retryPeriod; i++ {
+		d *= 2
+	}
+	return min(d, r.retryPeriod)
 }
 
 func newRunner(fn func(context.Context) error, minInterval time.Duration, burst int, retryPeriod time.Duration, c clock.Clock) *runner {
@@ -84,9 +101,10 @@ func (r *runner) loop(ctx context.Context) {
 		if run {
 			stop()
 			if err := r.fn(ctx); err != nil {
-				r.retryAt = r.clock.Now().Add(r.retryPeriod)
+				r.failures++
+				r.retryAt = r.clock.Now().Add(r.retryDelay(r.failures))
 			} else {
-				r.retryAt = time.Time{}
+				r.retryAt, r.failures = time.Time{}, 0
 			}
 			continue
 		}

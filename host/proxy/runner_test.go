@@ -106,23 +106,45 @@ func TestRunnerCoalescesBurst(t *testing.T) {
 
 func TestRunnerRetriesAfterFailure(t *testing.T) {
 	tr := startRunner(t)
-	tr.fail <- errors.New("injected")
+	// noRunWithin checks that no run comes for d (less one millisecond)
+	// of fake time, then steps to d: the next run is due.
+	noRunWithin := func(d time.Duration) {
+		t.Helper()
+		tr.waitTimer(t)
+		tr.clock.Step(d - time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // a wrongly fired run would show by now
+		if n := len(tr.ran); n != 0 {
+			t.Fatalf("a run less than %v after a failure", d)
+		}
+		tr.clock.Step(time.Millisecond)
+	}
+
+	// Failures in a row: the retry timer alone brings each next run,
+	// retryBase after the first, doubling up to the retry period.
+	for range 7 {
+		tr.fail <- errors.New("injected")
+	}
 	tr.request()
 	tr.wantRun(t, 1)
-
-	// No request: the retry timer alone brings run 2.
-	tr.waitTimer(t)
-	tr.clock.Step(29 * time.Second)
-	if n := len(tr.ran); n != 0 {
-		t.Fatalf("%d runs before the retry period", n)
+	for i, d := range []time.Duration{1, 2, 4, 8, 16, 30, 30} {
+		noRunWithin(d * time.Second)
+		tr.wantRun(t, i+2)
 	}
-	tr.clock.Step(time.Second)
-	tr.wantRun(t, 2)
 
-	// It succeeded: no further retry, however long we wait.
+	// Run 8 succeeded: no further retry, however long we wait.
+	time.Sleep(20 * time.Millisecond)
 	tr.clock.Step(time.Hour)
+	time.Sleep(20 * time.Millisecond)
+	if n := len(tr.ran); n != 0 {
+		t.Fatalf("%d runs after a success without a request", n)
+	}
+
+	// A new failure starts from retryBase again.
+	tr.fail <- errors.New("injected")
 	tr.request()
-	tr.wantRun(t, 3)
+	tr.wantRun(t, 9)
+	noRunWithin(retryBase)
+	tr.wantRun(t, 10)
 }
 
 func TestRunnerServesRequestsBeforeLoop(t *testing.T) {

@@ -81,7 +81,7 @@ func (p *Proxy) sync(ctx context.Context) error {
 		p.serviceCIDRUnion, err = p.serviceCIDRs(ctx)
 	}
 	if err != nil {
-		logger.Error(err, "Listing cluster objects failed; will retry", "retryIn", p.opts.RetryPeriod)
+		logger.Error(err, "Listing cluster objects failed; will retry", "retryWithin", p.opts.RetryPeriod)
 		elapsed := p.finish(start, full, evaluated, false, 1)
 		if m := p.opts.Metrics; m != nil {
 			m.Synced(&SyncReport{Full: full, Duration: elapsed, Evaluated: evaluated, Err: err})
@@ -109,7 +109,7 @@ func (p *Proxy) sync(ctx context.Context) error {
 		}
 		if err != nil {
 			failures++
-			logger.Error(err, "Backend sync failed; will retry", "ipFamily", familyName(f), "retryIn", p.opts.RetryPeriod)
+			logger.Error(err, "Backend sync failed; will retry", "ipFamily", familyName(f), "retryWithin", p.opts.RetryPeriod)
 			failed = err
 			continue
 		}
