@@ -13,7 +13,8 @@
 //   - syncs are rate limited by a bounded-frequency runner: events coalesce,
 //     at most burst 2 syncs run back to back, then one per MinSyncPeriod;
 //   - errors never go upward: a failed sync is logged, counted and retried
-//     after RetryPeriod (sooner if another event comes), as a full one;
+//     as a full one, with exponential backoff from 1 s up to RetryPeriod
+//     (sooner if another event comes);
 //   - syncs are partial: informer events mark the Services they touch
 //     (EndpointSlices by namespace and their kubernetes.io/service-name
 //     label, before and after the event), and a sync evaluates only the
