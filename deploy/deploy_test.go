@@ -89,19 +89,23 @@ func container(t *testing.T, cs []v1.Container, name string) *v1.Container {
 	return nil
 }
 
-// TestClusterRoleReadsOnly holds the role to what wasp reads: the
-// informers of host/proxy and cmd/wasp's Node get. A new rule must be
-// added here too, deliberately.
-func TestClusterRoleReadsOnly(t *testing.T) {
+// TestRoles holds the roles to what wasp does: the reads of host/proxy's
+// informers and cmd/wasp's Node get, cluster-wide, and host/events' Node
+// Events, in default only. A new rule must be added here too,
+// deliberately.
+func TestRoles(t *testing.T) {
 	var (
-		role    rbacv1.ClusterRole
-		binding rbacv1.ClusterRoleBinding
+		role          rbacv1.ClusterRole
+		binding       rbacv1.ClusterRoleBinding
+		events        rbacv1.Role
+		eventsBinding rbacv1.RoleBinding
 	)
+	docs := []any{&role, &binding, &events, &eventsBinding}
 	decodeAll(t, filepath.Join("base", "rbac.yaml"), func(i int) any {
-		if i == 0 {
-			return &role
+		if i >= len(docs) {
+			t.Fatalf("rbac.yaml: more than %d documents", len(docs))
 		}
-		return &binding
+		return docs[i]
 	})
 	want := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"list", "watch"}},
@@ -110,11 +114,28 @@ func TestClusterRoleReadsOnly(t *testing.T) {
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"servicecidrs"}, Verbs: []string{"list", "watch"}},
 	}
 	if !reflect.DeepEqual(role.Rules, want) {
-		t.Errorf("ClusterRole wasp rules:\n got %+v\nwant %+v", role.Rules, want)
+		t.Errorf("ClusterRole %s rules:\n got %+v\nwant %+v", role.Name, role.Rules, want)
+	}
+	// client-go's recorder creates an Event, then patches it when it
+	// repeats; a Node's Events are in default.
+	wantEvents := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}}
+	if events.Namespace != "default" || !reflect.DeepEqual(events.Rules, wantEvents) {
+		t.Errorf("Role %s/%s rules %+v; want default, %+v", events.Namespace, events.Name, events.Rules, wantEvents)
 	}
 	wantSubject := rbacv1.Subject{Kind: "ServiceAccount", Name: "wasp", Namespace: "kube-system"}
-	if binding.RoleRef.Name != role.Name || !reflect.DeepEqual(binding.Subjects, []rbacv1.Subject{wantSubject}) {
-		t.Errorf("ClusterRoleBinding binds %v to %+v, want %q to %+v", binding.RoleRef.Name, binding.Subjects, role.Name, wantSubject)
+	for _, b := range []struct {
+		kind, ref, want string
+		subjects        []rbacv1.Subject
+	}{
+		{"ClusterRoleBinding", binding.RoleRef.Name, role.Name, binding.Subjects},
+		{"RoleBinding", eventsBinding.RoleRef.Name, events.Name, eventsBinding.Subjects},
+	} {
+		if b.ref != b.want || !reflect.DeepEqual(b.subjects, []rbacv1.Subject{wantSubject}) {
+			t.Errorf("%s binds %q to %+v, want %q to %+v", b.kind, b.ref, b.subjects, b.want, wantSubject)
+		}
+	}
+	if eventsBinding.Namespace != events.Namespace {
+		t.Errorf("RoleBinding in %q, Role in %q", eventsBinding.Namespace, events.Namespace)
 	}
 }
 

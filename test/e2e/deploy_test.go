@@ -54,7 +54,7 @@ func TestDeploy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Run("the role allows what wasp reads and nothing else", func(t *testing.T) { testRole(t, s, saConfig) })
+	t.Run("the roles allow what wasp does and nothing else", func(t *testing.T) { testRole(t, s, saConfig) })
 	t.Run("wasp runs as the DaemonSet runs it", func(t *testing.T) { testRunAsServiceAccount(t, s, ds, kubeconfig) })
 }
 
@@ -92,7 +92,8 @@ func checkReferences(t *testing.T, s *suite, ds *appsv1.DaemonSet) {
 }
 
 // testRole asks the apiserver, with the ServiceAccount's own token, what
-// it may do: the reads of wasp's informers, and no write or secret.
+// it may do: the reads of wasp's informers and its Node's Events, and no
+// other write, nor any secret.
 func testRole(t *testing.T, s *suite, cfg *rest.Config) {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -125,7 +126,13 @@ func testRole(t *testing.T, s *suite, cfg *rest.Config) {
 		{access{Verb: "patch", Resource: "nodes", Name: fw.ProxyNode}, false},
 		{access{Verb: "update", Resource: "nodes", Subresource: "status", Name: fw.ProxyNode}, false},
 		{access{Verb: "create", Group: "networking.k8s.io", Resource: "servicecidrs"}, false},
-		{access{Verb: "create", Resource: "events", Namespace: "default"}, false},
+		// Events about its Node, which are in default.
+		{access{Verb: "create", Resource: "events", Namespace: "default"}, true},
+		{access{Verb: "patch", Resource: "events", Namespace: "default"}, true},
+		{access{Verb: "create", Resource: "events", Namespace: "kube-system"}, false},
+		{access{Verb: "update", Resource: "events", Namespace: "default"}, false},
+		{access{Verb: "delete", Resource: "events", Namespace: "default"}, false},
+		{access{Verb: "list", Resource: "events", Namespace: "default"}, false},
 		{access{Verb: "create", Group: "events.k8s.io", Resource: "events", Namespace: "default"}, false},
 		{access{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: "kube-system", Name: "wasp"}, false},
 		{access{Verb: "impersonate", Resource: "users"}, false},
