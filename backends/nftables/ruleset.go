@@ -178,11 +178,11 @@ func (x *elemIndex) remove(f *Fragment, id elemID) {
 
 // index builds rs.elems from the fragments.
 func (rs *Ruleset) index() {
-	n := len(rs.Global.elems)
-	for _, f := range rs.Services {
-		n += len(f.elems)
-	}
-	x := elemIndex{base: make(map[elemID]claim, n)}
+	// No size hint: a map made for n entries gets its tables all at once,
+	// at half their load at 250k entries, where one grown entry by entry
+	// splits only its full tables and ends about a third smaller (20 MiB
+	// at 10k Services, BenchmarkKernelFullSyncMemory).
+	x := elemIndex{base: map[elemID]claim{}}
 	add := func(f *Fragment) {
 		for i := range f.elems {
 			id := f.elems[i].id
