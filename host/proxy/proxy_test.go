@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,6 +235,68 @@ func TestFailedSyncIsRetried(t *testing.T) {
 	}
 	if s := p.Stats(); s.SyncFailures != 2 || s.FullSyncs <= fullBefore {
 		t.Errorf("Stats() = %+v; want 2 failures and a full sync after the failed one", s)
+	}
+}
+
+// housekeepingBackend programs through its Backend, then fails the
+// housekeeping of the syncs while fail is set.
+type housekeepingBackend struct {
+	backends.Backend
+	fail atomic.Bool
+}
+
+func (b *housekeepingBackend) Sync(ctx context.Context, s *backends.State) error {
+	if err := b.Backend.Sync(ctx, s); err != nil {
+		return err
+	}
+	if b.fail.Load() {
+		return fmt.Errorf("conntrack: injected: %w", backends.ErrHousekeeping)
+	}
+	return nil
+}
+
+// TestHousekeepingFailureIsNoSyncFailure: a backend that programmed its
+// dataplane but failed the work after it (ErrHousekeeping) counts as
+// synced: no failure, no forced full resync.
+func TestHousekeepingFailureIsNoSyncFailure(t *testing.T) {
+	client := fake.NewClientset(node(), service("web", "10.96.0.10", nil), slice("web", "10.244.1.10"))
+	be := &housekeepingBackend{Backend: backendfake.New()}
+	p, err := New(Opts{
+		NodeName:      testNode,
+		Client:        client,
+		Pipeline:      pipeline.New(pipeline.Options{}),
+		Backends:      map[backends.Family]backends.Backend{backends.IPv4: be},
+		MinSyncPeriod: 10 * time.Millisecond,
+		RetryPeriod:   10 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.Run(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	dump := func() string { return be.Backend.(*backendfake.Fake).Dump() }
+	waitFor(t, "the first sync", func() bool { return dump() == webDump })
+	waitFor(t, "the first sync's stats", func() bool { return p.Stats().Syncs > 0 })
+
+	before := p.Stats()
+	be.fail.Store(true)
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(ctx, slice("web", "10.244.1.10", "10.244.2.10"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the change", func() bool { return strings.Contains(dump(), "10.244.2.10:8080") })
+	waitFor(t, "its stats", func() bool { return p.Stats().Syncs > before.Syncs })
+	time.Sleep(100 * time.Millisecond) // ten retry periods: a retry would show
+	if s := p.Stats(); s.SyncFailures != 0 || s.FullSyncs != before.FullSyncs {
+		t.Errorf("Stats() = %+v after a housekeeping failure; want no failure and no full sync (before: %+v)", s, before)
 	}
 }
 

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/netip"
@@ -107,7 +108,11 @@ func (p *Proxy) sync(ctx context.Context) error {
 		if report != nil {
 			report.Families = append(report.Families, p.familySync(s, err, ch.triggers))
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, backends.ErrHousekeeping):
+			// Programmed: the next Sync retries the housekeeping.
+			logger.Error(err, "Backend programmed, but its housekeeping failed", "ipFamily", familyName(f))
+		case err != nil:
 			failures++
 			logger.Error(err, "Backend sync failed; will retry", "ipFamily", familyName(f), "retryWithin", p.opts.RetryPeriod)
 			failed = err
