@@ -29,7 +29,9 @@ import (
 	"github.com/wasp-proxy/wasp/backends/nftables"
 	"github.com/wasp-proxy/wasp/host/chain"
 	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
+	"github.com/wasp-proxy/wasp/host/events"
 	"github.com/wasp-proxy/wasp/host/healthcheck"
+	"github.com/wasp-proxy/wasp/host/metrics"
 	"github.com/wasp-proxy/wasp/host/nodesetup"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/proxy"
@@ -46,8 +48,8 @@ type env struct {
 	dataplane func(f backends.Family) (backends.Backend, error)
 	// backend returns family's backend for run, marking packets to
 	// masquerade with masqBit: the dataplane wrapped in the conntrack
-	// cleaner.
-	backend func(f backends.Family, masqBit int) (backends.Backend, error)
+	// cleaner, which tells ct about every cleanup.
+	backend func(f backends.Family, masqBit int, ct conntrack.Observer) (backends.Backend, error)
 	// interfaceAddrs lists the addresses of this network namespace.
 	interfaceAddrs func() ([]netip.Addr, error)
 	// nodeWait is how long run waits for its Node object to appear in
@@ -65,12 +67,12 @@ func defaultEnv() env {
 	}
 	return env{
 		dataplane: dataplane,
-		backend: func(f backends.Family, masqBit int) (backends.Backend, error) {
+		backend: func(f backends.Family, masqBit int, obs conntrack.Observer) (backends.Backend, error) {
 			nft, err := nftables.New(nftables.Opts{Family: f, MasqueradeBit: masqBit})
 			if err != nil {
 				return nil, err
 			}
-			ct, err := conntrack.New(nft, conntrack.Opts{Family: f})
+			ct, err := conntrack.New(nft, conntrack.Opts{Family: f, Observer: obs})
 			if err != nil {
 				nft.Close()
 				return nil, err
@@ -440,6 +442,14 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 	}
 	defer ch.Close()
 
+	mx := metrics.New(families...)
+	mx.SetChain(ch)
+	if c.metricsBindAddress != "" {
+		goRun(func() { mx.Serve(ctx, c.metricsBindAddress) })
+	}
+	ev := events.New(client, c.nodeName)
+	defer ev.Close()
+
 	bes := map[backends.Family]backends.Backend{}
 	defer func() {
 		for f, b := range bes {
@@ -449,7 +459,7 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		}
 	}()
 	for _, f := range families {
-		b, err := e.backend(f, c.masqueradeBit)
+		b, err := e.backend(f, c.masqueradeBit, mx.Conntrack())
 		if err != nil {
 			return fmt.Errorf("%s: %w", familyName(f), err)
 		}
@@ -465,7 +475,10 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 	opts := proxy.Opts{
 		NodeName: c.nodeName,
 		Client:   client,
-		Pipeline: pipeline.New(pipeline.Options{Modules: ch.PipelineModules()}),
+		Pipeline: pipeline.New(pipeline.Options{
+			Modules:  ch.PipelineModules(),
+			Observer: pipeline.Observers(mx.Pipeline(), ev.Pipeline()),
+		}),
 		Backends: bes,
 		State: state.Options{
 			NodePortAddresses: npAddrs,
@@ -475,6 +488,7 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		MinSyncPeriod: minSync,
 		RetryPeriod:   c.syncPeriod,
 		AfterFullSync: func() { freeOSMemory(ctx) },
+		Metrics:       mx.Proxy(),
 	}
 	// The health tracker always runs: the Services' health check node
 	// ports need it even when /healthz is not served.
@@ -482,6 +496,7 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		// Upstream: twice the sync period, which is wasp's retry period.
 		HealthTimeout: 2 * c.syncPeriod,
 		BindAddress:   c.healthzBindAddress,
+		Observer:      mx.Health(),
 	})
 	if err != nil {
 		return err

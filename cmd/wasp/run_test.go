@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/backends/conntrack"
 	backendfake "github.com/wasp-proxy/wasp/backends/fake"
 	"github.com/wasp-proxy/wasp/examples/cluster"
 	"github.com/wasp-proxy/wasp/host/chain"
@@ -62,7 +63,7 @@ func (f *fakeEnv) env() env {
 	}
 	return env{
 		dataplane: get,
-		backend: func(fam backends.Family, masqBit int) (backends.Backend, error) {
+		backend: func(fam backends.Family, masqBit int, _ conntrack.Observer) (backends.Backend, error) {
 			f.mu.Lock()
 			f.masqBits[fam] = masqBit
 			f.mu.Unlock()
