@@ -59,6 +59,9 @@ type env struct {
 	// limits and timeouts, oom_score_adj), run before the proxy starts and
 	// alone by --init-only. nil: there is none yet.
 	setupNode func(ctx context.Context, c *v1alpha1.WaspConfiguration) error
+	// configRejected tells the cluster that wasp refuses its
+	// configuration, err, before it exits. Best effort. nil: nobody.
+	configRejected func(ctx context.Context, f *runFlags, err error)
 }
 
 func defaultEnv() env {
@@ -82,6 +85,7 @@ func defaultEnv() env {
 		interfaceAddrs: interfaceAddrs,
 		nodeWait:       30 * time.Second,
 		setupNode:      setupNodeKernel,
+		configRejected: sendConfigRejected,
 	}
 }
 
@@ -281,6 +285,9 @@ func (f *runFlags) run(cmd *cobra.Command, e env) error {
 	warn := func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), "wasp: warning:", s) }
 	cfg, err := f.waspConfig(cmd.Flags(), warn)
 	if err != nil {
+		if e.configRejected != nil && f.writeConfigTo == "" {
+			e.configRejected(ctx, f, err)
+		}
 		return err
 	}
 	if f.writeConfigTo != "" {
@@ -323,6 +330,36 @@ func (f *runFlags) run(cmd *cobra.Command, e env) error {
 		return werr
 	}
 	return err
+}
+
+// sendConfigRejected sends the ConfigRejected Event about this node to
+// the cluster of the command line's --kubeconfig or --master, or the
+// in-cluster one (the file's own clientConnection is not trusted: it is
+// part of what was rejected), within a few seconds, so that a pod that
+// crash-loops on a bad ConfigMap says why where operators look.
+func sendConfigRejected(ctx context.Context, f *runFlags, rejected error) {
+	logger := klog.FromContext(ctx)
+	if f.source != "" {
+		return
+	}
+	node := strings.ToLower(strings.TrimSpace(f.hostname))
+	if node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return
+		}
+		node = strings.ToLower(h)
+	}
+	client, _, err := newClient(&runConfig{kubeconfig: f.kubeconfig, master: f.master})
+	if err != nil {
+		logger.V(2).Info("No Event for the rejected configuration", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := events.SendConfigRejected(ctx, client, node, rejected); err != nil {
+		logger.V(2).Info("No Event for the rejected configuration", "err", err)
+	}
 }
 
 // setupNodeKernel is the node setup of a real node: kube-proxy's

@@ -41,6 +41,7 @@ type fakeEnv struct {
 	masqBits  map[backends.Family]int // the masquerade bit each run backend got
 	failClean backends.Family         // cleanup of this family fails
 	setups    []*v1alpha1.WaspConfiguration
+	rejected  []error
 }
 
 func newFakeEnv() *fakeEnv {
@@ -68,6 +69,11 @@ func (f *fakeEnv) env() env {
 			f.masqBits[fam] = masqBit
 			f.mu.Unlock()
 			return get(fam)
+		},
+		configRejected: func(_ context.Context, _ *runFlags, err error) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.rejected = append(f.rejected, err)
 		},
 		setupNode: func(_ context.Context, c *v1alpha1.WaspConfiguration) error {
 			f.mu.Lock()
@@ -640,6 +646,9 @@ func TestRunConfigInvalid(t *testing.T) {
 	}
 	if len(fe.backends) != 0 || len(fe.setups) != 0 {
 		t.Errorf("something was applied: backends %v, node setups %d", fe.backends, len(fe.setups))
+	}
+	if len(fe.rejected) != 1 || !strings.Contains(fe.rejected[0].Error(), "nftables.masqueradeBit") {
+		t.Errorf("rejections reported to the cluster: %v; want the one error", fe.rejected)
 	}
 
 	soft := writeFile(t, "soft.yaml", "apiVersion: wasp.dev/v1alpha1\nkind: WaspConfiguration\nconfigHardFail: false\nfoo: 1\n")

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -176,6 +177,34 @@ func (r *Recorder) ServicePortFallback(module string, stage abi.Stage, port stri
 // ConfigRejected reports a configuration that failed validation with err.
 func (r *Recorder) ConfigRejected(err error) {
 	r.send(key{reason: ReasonConfigRejected}, "", "configuration rejected, nothing of it applied: %v", err)
+}
+
+// SendConfigRejected sends the ConfigRejected Event at once, not through a
+// Recorder: for a process that refuses its configuration and exits, which
+// a Recorder's asynchronous sending would not outlive. It is the one Event
+// an operator sees for a DaemonSet pod that crash-loops on a bad ConfigMap.
+func SendConfigRejected(ctx context.Context, client kubernetes.Interface, nodeName string, err error) error {
+	msg := fmt.Sprintf("configuration rejected, nothing of it applied: %v", err)
+	if len(msg) > maxMessage {
+		msg = msg[:maxMessage-3] + "..."
+	}
+	now := metav1.NewTime(time.Now())
+	ev := &v1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: nodeName + ".", Namespace: metav1.NamespaceDefault},
+		// As kube-proxy: the Node's UID is its name.
+		InvolvedObject:      v1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)},
+		Reason:              ReasonConfigRejected,
+		Message:             msg,
+		Type:                v1.EventTypeWarning,
+		Source:              v1.EventSource{Component: component, Host: nodeName},
+		FirstTimestamp:      now,
+		LastTimestamp:       now,
+		Count:               1,
+		ReportingController: component,
+		ReportingInstance:   component + "-" + nodeName,
+	}
+	_, err = client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{})
+	return err
 }
 
 // failureReason returns the runtime.Reason of a module failure, "other"

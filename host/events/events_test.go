@@ -119,3 +119,23 @@ func TestEvents(t *testing.T) {
 	callFailed.count = 2
 	check(sent(t, client, "marker-2"), append([]seen{callFailed, {ReasonConfigRejected, "", "", "marker-2", 1}}, rest...))
 }
+
+func TestSendConfigRejected(t *testing.T) {
+	client := fake.NewClientset()
+	err := SendConfigRejected(context.Background(), client, "node-a", errors.New("nftables.masqueradeBit: Invalid value: 40: must be in [0,31]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := client.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Fatalf("%d Events; want 1", len(list.Items))
+	}
+	e := list.Items[0]
+	if e.Reason != ReasonConfigRejected || e.Type != v1.EventTypeWarning || e.InvolvedObject.Kind != "Node" ||
+		e.InvolvedObject.Name != "node-a" || !strings.Contains(e.Message, "nftables.masqueradeBit") {
+		t.Errorf("Event %+v; want a Warning ConfigRejected about Node node-a naming the field", e)
+	}
+}
