@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 
@@ -14,6 +15,11 @@ import (
 // mode: kube-proxy would have run iptables.
 const modeUnsetWarning = `mode: not set; kube-proxy would run iptables, wasp runs nftables ` +
 	`(NodePorts answer on the node's primary IPs unless nodePortAddresses says otherwise, and never on localhost)`
+
+// modeConvertedWarning is the warning of a KubeProxyConfiguration of the
+// iptables or ipvs mode (%s), which wasp converts to nftables.
+const modeConvertedWarning = `mode: %q: wasp runs nftables (kube-proxy's own rules are removed with kube-proxy --cleanup; ` +
+	`NodePorts answer on the node's primary IPs unless nodePortAddresses says otherwise, and never on localhost)`
 
 // fromKubeProxy converts a KubeProxyConfiguration to a WaspConfiguration:
 // kube-proxy's defaults first, for the fields in is without, as kube-proxy
@@ -67,9 +73,20 @@ func fromKubeProxy(in *kubeproxy.Configuration) (*v1alpha1.WaspConfiguration, Wa
 	}
 
 	// kube-proxy's platform defaults, then the sections mode chooses.
-	if in.Mode == "" {
+	switch v1alpha1.ProxyMode(in.Mode) {
+	case "":
 		out.Mode = v1alpha1.ProxyModeNFTables
 		w = append(w, modeUnsetWarning)
+	case v1alpha1.ProxyModeIPTables, v1alpha1.ProxyModeIPVS:
+		// The node moves to nftables with wasp: converting is the
+		// migration's first step, not a config wasp could not run.
+		out.Mode = v1alpha1.ProxyModeNFTables
+		w = append(w, fmt.Sprintf(modeConvertedWarning, in.Mode))
+		// The bit the node's other packet handlers already leave alone.
+		out.NFTables.MasqueradeBit = in.IPTables.MasqueradeBit
+		if in.Mode == string(v1alpha1.ProxyModeIPVS) {
+			w = append(w, `mode: "ipvs" is deprecated (KEP-5495): its successor is nftables`)
+		}
 	}
 	if in.DetectLocalMode == "" {
 		out.DetectLocalMode = v1alpha1.LocalModeClusterCIDR
@@ -90,12 +107,7 @@ func fromKubeProxy(in *kubeproxy.Configuration) (*v1alpha1.WaspConfiguration, Wa
 		out.Linux.MasqueradeAll = in.IPTables.MasqueradeAll
 	}
 	if len(out.NodePortAddresses) == 0 {
-		switch out.Mode {
-		case v1alpha1.ProxyModeIPTables, v1alpha1.ProxyModeIPVS:
-			out.NodePortAddresses = []string{"0.0.0.0/0", "::/0"} // every local address
-		default:
-			out.NodePortAddresses = []string{v1alpha1.NodePortAddressesPrimary}
-		}
+		out.NodePortAddresses = []string{v1alpha1.NodePortAddressesPrimary}
 	}
 	if in.ClusterCIDR != "" {
 		out.DetectLocal.ClusterCIDRs = strings.Split(in.ClusterCIDR, ",")
