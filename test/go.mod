@@ -6,6 +6,8 @@ replace github.com/wasp-proxy/wasp => ../
 
 require (
 	github.com/google/nftables v0.3.0
+	github.com/prometheus/client_model v0.6.3
+	github.com/prometheus/common v0.72.0
 	github.com/vishvananda/netns v0.0.5
 	github.com/wasp-proxy/wasp v0.0.0
 	k8s.io/api v0.36.3

@@ -62,6 +62,7 @@ func TestDataplane(t *testing.T) {
 		{"UDP flow follows its endpoint", testUDPConntrack},
 		{"IPv6 ClusterIP", testIPv6},
 		{"healthz and livez", testProxyHealth},
+		{"metrics move with a change", testMetrics},
 	} {
 		if !t.Run(sc.name, func(t *testing.T) { sc.run(t, s) }) && ctx.Err() != nil {
 			return
@@ -325,6 +326,9 @@ func testExternalLocal(t *testing.T, s *suite) {
 	node := s.nodeA().IPv4
 	waitFor(t, s.client(), "tcp", node, port, "a-1", "a-2")
 	expectOnly(t, s.client(), "tcp", node, port, 40, "a-1", "a-2")
+	// The VIP comes with the status update, which may reach wasp after
+	// the NodePort's sync.
+	waitFor(t, s.client(), "tcp", vip, 80, "a-1", "a-2")
 	expectOnly(t, s.client(), "tcp", vip, 80, 40, "a-1", "a-2")
 
 	hc := svc.Spec.HealthCheckNodePort
