@@ -84,29 +84,7 @@ func slice(svc string, addrs ...string) *discoveryv1.EndpointSlice {
 func start(t *testing.T, client *fake.Clientset) (*Proxy, *backendfake.Fake) {
 	t.Helper()
 	be := backendfake.New()
-	p, err := New(Opts{
-		NodeName:      testNode,
-		Client:        client,
-		Pipeline:      pipeline.New(pipeline.Options{}),
-		Backends:      map[backends.Family]backends.Backend{backends.IPv4: be},
-		MinSyncPeriod: 10 * time.Millisecond,
-		RetryPeriod:   10 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		p.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return p, be
+	return startWith(t, Opts{Client: client, Backends: map[backends.Family]backends.Backend{backends.IPv4: be}}), be
 }
 
 // waitFor polls cond until it holds, failing the test after eventually.
@@ -195,28 +173,8 @@ func TestFailedSyncIsRetried(t *testing.T) {
 	client := fake.NewClientset(node(), service("web", "10.96.0.10", nil), slice("web", "10.244.1.10"))
 	be := backendfake.New()
 	be.FailNextSync(errors.New("injected failure"))
-	p, err := New(Opts{
-		NodeName:      testNode,
-		Client:        client,
-		Pipeline:      pipeline.New(pipeline.Options{}),
-		Backends:      map[backends.Family]backends.Backend{backends.IPv4: be},
-		MinSyncPeriod: 10 * time.Millisecond,
-		RetryPeriod:   10 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		p.Run(ctx)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	p := startWith(t, Opts{Client: client, Backends: map[backends.Family]backends.Backend{backends.IPv4: be}})
+	ctx := context.Background()
 
 	// The first sync fails; a retry (or a late event of the initial list)
 	// lands the state.
@@ -261,28 +219,8 @@ func (b *housekeepingBackend) Sync(ctx context.Context, s *backends.State) error
 func TestHousekeepingFailureIsNoSyncFailure(t *testing.T) {
 	client := fake.NewClientset(node(), service("web", "10.96.0.10", nil), slice("web", "10.244.1.10"))
 	be := &housekeepingBackend{Backend: backendfake.New()}
-	p, err := New(Opts{
-		NodeName:      testNode,
-		Client:        client,
-		Pipeline:      pipeline.New(pipeline.Options{}),
-		Backends:      map[backends.Family]backends.Backend{backends.IPv4: be},
-		MinSyncPeriod: 10 * time.Millisecond,
-		RetryPeriod:   10 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		p.Run(ctx)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	p := startWith(t, Opts{Client: client, Backends: map[backends.Family]backends.Backend{backends.IPv4: be}})
+	ctx := context.Background()
 	dump := func() string { return be.Backend.(*backendfake.Fake).Dump() }
 	waitFor(t, "the first sync", func() bool { return dump() == webDump })
 	waitFor(t, "the first sync's stats", func() bool { return p.Stats().Syncs > 0 })
