@@ -167,13 +167,28 @@ func New(opts Options) *Pipeline {
 	if opts.BisectBudget <= 0 {
 		opts.BisectBudget = 10 * time.Second
 	}
+	return &Pipeline{opts: opts, lastGood: map[string]*Result{}, fallback: map[string]fallbackOf{}, workers: make([]worker, workers(opts.Modules))}
+}
+
+// workers is how many calls the pipeline runs at once: the largest
+// instance pool.
+func workers(mods [len(abi.Stages) + 1]Module) int {
 	n := 1
-	for _, m := range opts.Modules {
+	for _, m := range mods {
 		if m != nil {
 			n = max(n, m.Instances())
 		}
 	}
-	return &Pipeline{opts: opts, lastGood: map[string]*Result{}, fallback: map[string]fallbackOf{}, workers: make([]worker, n)}
+	return n
+}
+
+// SetModules replaces the stages' modules (hot reload). The last good
+// decision of every port is kept: a port the new modules fail for keeps
+// the decision the old ones made, as for any failure. It must not be
+// called while Run runs; the caller closes the old modules.
+func (p *Pipeline) SetModules(mods [len(abi.Stages) + 1]Module) {
+	p.opts.Modules = mods
+	p.workers = make([]worker, workers(mods))
 }
 
 // fallbackOf is why a port is served by a fallback.

@@ -212,3 +212,55 @@ func TestContainment(t *testing.T) {
 		})
 	}
 }
+
+// TestSetModules swaps a stage's module between runs: the new module
+// decides from then on, and a port it fails for keeps the decision the
+// old one made (last good survives the swap).
+func TestSetModules(t *testing.T) {
+	rt, err := runtime.New(runtime.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	bad, err := rt.Load(context.Background(), "misbehave", misbehave(t), runtime.Limits{Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := abi.Node{Name: "node-a"}
+	var in []pipeline.Port
+	for i := range 4 {
+		sp := abi.ServicePort{Namespace: "ns", Name: fmt.Sprint("svc-", i), Protocol: abi.ProtocolTCP, Port: 80}
+		if i == 2 {
+			sp.Annotations = []abi.Label{{Key: "wasp.test/behaviour", Value: "trap"}}
+		}
+		sp.Endpoints = []abi.Endpoint{{Addr: netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), Port: 80, Ready: true, Serving: true}}
+		in = append(in, pipeline.Port{Key: sp.Name, ServicePort: sp})
+	}
+	sources := func(res []pipeline.Result) []pipeline.Source {
+		var out []pipeline.Source
+		for _, r := range res {
+			out = append(out, r.Source)
+		}
+		return out
+	}
+
+	p := pipeline.New(pipeline.Options{}) // the native reference for every stage
+	if got := sources(p.Run(context.Background(), node, in)); !reflect.DeepEqual(got, []pipeline.Source{0, 0, 0, 0}) {
+		t.Fatalf("before the swap: sources %v, want every port from the modules", got)
+	}
+	var mods [len(abi.Stages) + 1]pipeline.Module
+	mods[abi.StageEndpointSelection] = bad
+	p.SetModules(mods)
+	res := p.Run(context.Background(), node, in)
+	want := []pipeline.Source{pipeline.SourceModules, pipeline.SourceModules, pipeline.SourceLastGood, pipeline.SourceModules}
+	if got := sources(res); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the swap: sources %v, want %v (the trapping port keeps the old decision)", got, want)
+	}
+	if len(res[2].Cluster) != 1 {
+		t.Errorf("the trapping port's last good decision lost its endpoint: %+v", res[2].Decision)
+	}
+	p.SetModules([len(abi.Stages) + 1]pipeline.Module{})
+	if got := sources(p.Run(context.Background(), node, in)); !reflect.DeepEqual(got, []pipeline.Source{0, 0, 0, 0}) {
+		t.Fatalf("after swapping back: sources %v, want every port from the modules", got)
+	}
+}
