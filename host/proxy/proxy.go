@@ -131,6 +131,51 @@ type Proxy struct {
 
 	statsMu sync.Mutex
 	stats   Stats
+
+	swapMu sync.Mutex
+	swap   *moduleSwap // the next sync's module swap; nil: none
+}
+
+// moduleSwap is a SetModules waiting for the sync goroutine.
+type moduleSwap struct {
+	mods [len(abi.Stages) + 1]pipeline.Module
+	done func(applied bool)
+}
+
+// SetModules swaps the module chain (hot reload): the next sync, which is
+// queued now, puts mods into the pipeline and re-evaluates every service
+// port; the backends then program only what changed. done, if not nil, is
+// called once: with true, on the sync goroutine, when the pipeline runs
+// mods (the previous modules are no longer used and may be closed); or
+// with false, by the SetModules that replaced this one before it was
+// applied (mods were never used). A port the new modules fail for keeps its last
+// good decision. Safe to call at any time, before Run included.
+func (p *Proxy) SetModules(mods [len(abi.Stages) + 1]pipeline.Module, done func(applied bool)) {
+	p.swapMu.Lock()
+	old := p.swap
+	p.swap = &moduleSwap{mods: mods, done: done}
+	p.swapMu.Unlock()
+	if old != nil && old.done != nil {
+		old.done(false)
+	}
+	p.Resync()
+}
+
+// applySwap puts a pending module swap into the pipeline; it reports
+// whether there was one. Called by sync only.
+func (p *Proxy) applySwap() bool {
+	p.swapMu.Lock()
+	sw := p.swap
+	p.swap = nil
+	p.swapMu.Unlock()
+	if sw == nil {
+		return false
+	}
+	p.opts.Pipeline.SetModules(sw.mods)
+	if sw.done != nil {
+		sw.done(true)
+	}
+	return true
 }
 
 // New checks opts and returns a Proxy.

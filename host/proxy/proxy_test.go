@@ -25,11 +25,14 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/wasp-proxy/wasp/abi"
 	"github.com/wasp-proxy/wasp/backends"
 	backendfake "github.com/wasp-proxy/wasp/backends/fake"
 	"github.com/wasp-proxy/wasp/host/model"
 	"github.com/wasp-proxy/wasp/host/pipeline"
+	waspruntime "github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/host/state"
+	"github.com/wasp-proxy/wasp/internal/modbuild"
 )
 
 // Test address plan: ClusterIPs in 10.96.0.0/16, pods in 10.244.0.0/16.
@@ -663,5 +666,48 @@ func TestSlim(t *testing.T) {
 	tomb := cache.DeletedFinalStateUnknown{Key: "demo/web", Obj: svc}
 	if got, err := slim(tomb); err != nil || got != tomb {
 		t.Errorf("slim(tombstone) = %v, %v", got, err)
+	}
+}
+
+// TestSetModules hot-swaps the endpoint-selection module of a running
+// proxy: the next sync re-evaluates every port with it, and a swap
+// replaced before it was applied is reported as such.
+func TestSetModules(t *testing.T) {
+	wasm, err := modbuild.Build(context.Background(), "testdata/modules/double")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := waspruntime.New(waspruntime.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	double, err := rt.Load(context.Background(), "double", wasm, waspruntime.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	client := fake.NewClientset(node(), service("web", "10.96.0.10", nil), slice("web", "10.244.1.10"))
+	p, be := start(t, client)
+	waitFor(t, "the first sync", func() bool { return be.Dump() == webDump })
+
+	var mods [len(abi.Stages) + 1]pipeline.Module
+	mods[abi.StageEndpointSelection] = double
+	applied := make(chan bool, 2)
+	p.SetModules(mods, func(ok bool) { applied <- ok })
+	waitFor(t, "the new module's weights", func() bool { return strings.Contains(be.Dump(), "10.244.1.10:8080 weight 2") })
+	if ok := <-applied; !ok {
+		t.Fatal("the swap was reported not applied")
+	}
+
+	// Back to the native semantics; a swap replaced before any sync ran
+	// is reported unapplied.
+	p.SetModules(mods, func(ok bool) { applied <- ok })
+	p.SetModules([len(abi.Stages) + 1]pipeline.Module{}, func(ok bool) { applied <- ok })
+	waitFor(t, "the default weights again", func() bool { return be.Dump() == webDump })
+	got := []bool{<-applied, <-applied}
+	if !reflect.DeepEqual(got, []bool{false, true}) && !reflect.DeepEqual(got, []bool{true, true}) {
+		// The first may have been applied if a sync ran in between.
+		t.Errorf("done calls %v; want the replaced swap unapplied (or applied, if a sync came between) and the last applied", got)
 	}
 }

@@ -72,7 +72,8 @@ func (p *Proxy) sync(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	start := p.clock.Now()
 	ch := p.tracker.take()
-	full := p.needFull || ch.full
+	swapped := p.applySwap()
+	full := p.needFull || ch.full || swapped
 	// Until this sync succeeds, the next one is a full one: a failure
 	// anywhere below loses the changes just taken.
 	p.needFull = true
