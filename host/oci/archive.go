@@ -1,0 +1,139 @@
+package oci
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2/content/oci"
+	"oras.land/oras-go/v2/errdef"
+)
+
+// Save writes the modules of refs, pulled and verified, to w as a tar
+// archive of an OCI image layout: the format `wasp module load` reads on a
+// node without registry access. Each manifest is named (its
+// org.opencontainers.image.ref.name) by its reference pinned by digest,
+// without the oci:// scheme.
+func (c *Client) Save(ctx context.Context, refs []string, w io.Writer) ([]*Artifact, error) {
+	dir, err := os.MkdirTemp("", "wasp-save-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	store, err := oci.NewWithContext(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Artifact
+	for _, ref := range refs {
+		a, err := c.Pull(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		mdesc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: a.ManifestDigest, Size: int64(len(a.manifest))}
+		wdesc := ocispec.Descriptor{MediaType: a.WasmMediaType, Digest: a.WasmDigest, Size: int64(len(a.Wasm))}
+		for _, b := range []blob{{a.configDesc, a.config}, {wdesc, a.Wasm}, {mdesc, a.manifest}} {
+			if err := store.Push(ctx, b.desc, bytes.NewReader(b.data)); err != nil && !errors.Is(err, errdef.ErrAlreadyExists) {
+				return nil, fmt.Errorf("save %q: %w", ref, err)
+			}
+		}
+		if err := store.Tag(ctx, mdesc, strings.TrimPrefix(a.Reference, Scheme)); err != nil {
+			return nil, fmt.Errorf("save %q: %w", ref, err)
+		}
+		out = append(out, a)
+	}
+	if err := writeTar(w, dir); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Load puts the modules of an archive written by Save into the cache, each
+// verified, so that their references pinned by digest resolve on a node
+// that cannot reach their registry.
+func (c *Client) Load(ctx context.Context, archive string) ([]*Artifact, error) {
+	if c.cache == nil {
+		return nil, errors.New("load: no cache directory to load into")
+	}
+	store, err := oci.NewFromTar(ctx, archive)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", archive, err)
+	}
+	var names []string
+	if err := store.Tags(ctx, "", func(tags []string) error {
+		names = append(names, tags...)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("load %s: %w", archive, err)
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("load %s: no named manifests (want an archive written by wasp module save)", archive)
+	}
+	var out []*Artifact
+	for _, name := range names {
+		ref := Scheme + name
+		r, err := ParseReference(ref)
+		if err != nil || r.Digest == "" {
+			return nil, fmt.Errorf("load %s: manifest name %q is no reference pinned by digest", archive, name)
+		}
+		desc, err := store.Resolve(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("load %s: %q: %w", archive, name, err)
+		}
+		if desc.Digest != digest.Digest(r.Digest) {
+			return nil, fmt.Errorf("load %s: %q: %w: the archive's manifest is %s", archive, name, ErrDigestMismatch, desc.Digest)
+		}
+		a, err := c.get(ctx, r, desc.Digest, func(ctx context.Context, d ocispec.Descriptor) (io.ReadCloser, error) {
+			if d.Size < 0 {
+				d.Size = desc.Size
+			}
+			return store.Fetch(ctx, d)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("load %s: %q: %w", archive, name, err)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// writeTar writes the files under dir to w, in lexical order, with
+// normalised headers so the same layout gives the same archive.
+func writeTar(w io.Writer, dir string) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || path == dir {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		name := filepath.ToSlash(rel)
+		if d.IsDir() {
+			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o755})
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data))}); err != nil {
+			return err
+		}
+		_, err = tw.Write(data)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
