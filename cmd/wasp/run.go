@@ -477,7 +477,8 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		}
 		return err
 	}
-	defer ch.Close()
+	rl := newModuleReloader(rt, c.specs, ch)
+	defer rl.close()
 
 	mx := metrics.New(families...)
 	mx.SetChain(ch)
@@ -561,6 +562,8 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		goRun(func() { src.Run(ctx) })
 	}
 	goRun(func() { releaseWhenIdle(ctx, func() uint64 { return p.Stats().Syncs }) })
+	rl.swap, rl.loaded = p.SetModules, mx.SetChain
+	goRun(func() { rl.run(ctx, moduleReloadPeriod) })
 
 	var names []string
 	for _, f := range families {
