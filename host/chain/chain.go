@@ -1,17 +1,23 @@
 // Package chain resolves the module chain — which module runs each stage —
 // from module sources, and loads it into a runtime.
 //
-// A source is "builtin:NAME" (a module embedded in wasp), "file:///PATH" or
-// a plain file path. Stages without a source run their builtin default.
+// A source is "builtin:NAME" (a module embedded in wasp), "file:///PATH", a
+// plain file path, or "oci://REGISTRY/REPOSITORY@sha256:DIGEST" (a module
+// artifact in a registry, see package oci). Stages without a source run
+// their builtin default.
 package chain
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
+	"k8s.io/klog/v2"
+
 	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/modules"
@@ -37,18 +43,52 @@ func ParseSpec(s string) (Spec, error) {
 	return Spec{Stage: stage, Source: src}, nil
 }
 
-// Read returns the module bytes of a source.
+// Read returns the module bytes of a source, pulling an oci:// source
+// without a cache or credentials.
 func Read(source string) ([]byte, error) {
+	return Sources{}.Read(context.Background(), source)
+}
+
+// Sources reads module sources.
+type Sources struct {
+	// OCI configures the client of oci:// sources; optional: the zero
+	// value pulls by digest, without a cache or credentials.
+	OCI oci.Options
+}
+
+// Read returns the module bytes of a source.
+func (s Sources) Read(ctx context.Context, source string) ([]byte, error) {
 	switch {
 	case strings.HasPrefix(source, "builtin:"):
 		return modules.Wasm(strings.TrimPrefix(source, "builtin:"))
 	case strings.HasPrefix(source, "file://"):
 		return os.ReadFile(strings.TrimPrefix(source, "file://"))
+	case strings.HasPrefix(source, oci.Scheme):
+		c, err := oci.New(s.OCI)
+		if err != nil {
+			return nil, err
+		}
+		a, err := c.Pull(ctx, source)
+		if err != nil {
+			return nil, err
+		}
+		klog.FromContext(ctx).V(1).Info("Module pulled", "module", source, "wasmDigest", a.WasmDigest, "fromCache", a.Cached)
+		return a.Wasm, nil
 	case strings.Contains(source, "://"):
 		scheme, _, _ := strings.Cut(source, "://")
-		return nil, fmt.Errorf("module source %q: scheme %q is not supported (use builtin:NAME, file:///PATH or a path)", source, scheme)
+		return nil, fmt.Errorf("module source %q: scheme %q is not supported (use builtin:NAME, file:///PATH, oci://REPOSITORY@sha256:DIGEST or a path)", source, scheme)
 	}
 	return os.ReadFile(source)
+}
+
+// OCICacheDir is where modules pulled from registries are kept for a
+// runtime cache directory (wasp's --cache-dir): its "oci" subdirectory. It
+// returns "" (no cache) for "".
+func OCICacheDir(cacheDir string) string {
+	if cacheDir == "" {
+		return ""
+	}
+	return filepath.Join(cacheDir, "oci")
 }
 
 // Chain is a loaded module per stage.
@@ -59,7 +99,12 @@ type Chain struct {
 
 // Load loads the modules of specs, and the builtin default for every stage
 // without a spec. A module must implement the stage it is assigned to.
+//
+// oci:// sources are pulled into OCICacheDir(rt.CacheDir()), with the
+// credentials of docker's configuration ($DOCKER_CONFIG/config.json, by
+// default ~/.docker/config.json).
 func Load(ctx context.Context, rt *runtime.Runtime, specs []Spec) (*Chain, error) {
+	src := Sources{OCI: oci.Options{CacheDir: OCICacheDir(rt.CacheDir()), DockerConfig: true}}
 	c := &Chain{}
 	var limits [len(abi.Stages) + 1]runtime.Limits
 	for _, b := range modules.Builtins {
@@ -69,18 +114,17 @@ func Load(ctx context.Context, rt *runtime.Runtime, specs []Spec) (*Chain, error
 		c.Sources[s.Stage], limits[s.Stage] = s.Source, s.Limits
 	}
 	for _, stage := range abi.Stages {
-		src := c.Sources[stage]
-		wasm, err := Read(src)
+		wasm, err := src.Read(ctx, c.Sources[stage])
 		if err != nil {
 			return nil, fmt.Errorf("stage %s: %w", stage, err)
 		}
-		m, err := rt.Load(ctx, src, wasm, limits[stage])
+		m, err := rt.Load(ctx, c.Sources[stage], wasm, limits[stage])
 		if err != nil {
 			return nil, fmt.Errorf("stage %s: %w", stage, err)
 		}
 		if !m.Metadata.Implements(stage) {
 			m.Close()
-			return nil, fmt.Errorf("stage %s: module %q (%s) implements %v, not %s", stage, src, m.Metadata.Name, m.Metadata.Stages, stage)
+			return nil, fmt.Errorf("stage %s: module %q (%s) implements %v, not %s", stage, c.Sources[stage], m.Metadata.Name, m.Metadata.Stages, stage)
 		}
 		c.Modules[stage] = m
 	}

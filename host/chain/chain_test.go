@@ -2,6 +2,7 @@ package chain_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,7 +10,9 @@ import (
 
 	"github.com/wasp-proxy/wasp/abi"
 	"github.com/wasp-proxy/wasp/host/chain"
+	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/internal/ocitest"
 	"github.com/wasp-proxy/wasp/modules"
 )
 
@@ -60,7 +63,9 @@ func TestRead(t *testing.T) {
 	}
 	for src, msg := range map[string]string{
 		"builtin:nope":               `no builtin module "nope"`,
-		"oci://r/m@sha256:00":        `scheme "oci" is not supported`,
+		"oci://r/m@sha256:00":        `invalid`,
+		"oci://r/m:v1":               `not pinned by digest`,
+		"https://r/m.wasm":           `scheme "https" is not supported`,
 		filepath.Join(dir, "absent"): "no such file",
 	} {
 		if _, err := chain.Read(src); err == nil || !strings.Contains(err.Error(), msg) {
@@ -90,5 +95,62 @@ func TestLoadWrongStage(t *testing.T) {
 		if c.Modules[s] == nil || !c.Modules[s].Metadata.Implements(s) || !strings.HasPrefix(c.Sources[s], "builtin:") {
 			t.Errorf("stage %s: %v from %q", s, c.Modules[s], c.Sources[s])
 		}
+	}
+}
+
+// TestLoadOCI: an oci:// source pinned by digest is pulled into the cache
+// beside the runtime's, and loads from there once its registry is down.
+func TestLoadOCI(t *testing.T) {
+	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no credentials of the machine's
+	reg := ocitest.New(t)
+	wasm, err := modules.Wasm("selection")
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := runtime.Inspect(wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := oci.New(oci.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.Push(context.Background(), "oci://"+reg.Host+"/wasp/selection:v1", wasm, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cacheDir := t.TempDir()
+	load := func(t *testing.T, source string) (*chain.Chain, error) {
+		t.Helper()
+		rt, err := runtime.New(runtime.Config{CacheDir: cacheDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rt.Close(context.Background()) })
+		return chain.Load(context.Background(), rt, []chain.Spec{{Stage: abi.StageEndpointSelection, Source: source}})
+	}
+
+	ch, err := load(t, a.Reference)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch.Close()
+	if ch.Sources[abi.StageEndpointSelection] != a.Reference || ch.Modules[abi.StageEndpointSelection].Digest != runtime.Digest(wasm) {
+		t.Fatalf("loaded %s (%s)", ch.Sources[abi.StageEndpointSelection], ch.Modules[abi.StageEndpointSelection].Digest)
+	}
+	if _, err := os.Stat(filepath.Join(chain.OCICacheDir(cacheDir), "blobs", "sha256", a.WasmDigest.Encoded())); err != nil {
+		t.Fatalf("the module is not cached: %v", err)
+	}
+
+	reg.Close()
+	ch, err = load(t, a.Reference)
+	if err != nil {
+		t.Fatalf("with the registry down: %v", err)
+	}
+	ch.Close()
+
+	_, err = load(t, "oci://"+reg.Host+"/wasp/selection:v1")
+	if !errors.Is(err, oci.ErrNotPinned) {
+		t.Fatalf("a tag: got %v, want ErrNotPinned", err)
 	}
 }

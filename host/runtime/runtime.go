@@ -70,6 +70,10 @@ func New(cfg Config) (*Runtime, error) {
 	return r, nil
 }
 
+// CacheDir returns Config.CacheDir: where the runtime keeps compiled
+// modules, and beside which module sources may keep what they download.
+func (r *Runtime) CacheDir() string { return r.cfg.CacheDir }
+
 // engine returns the wazero runtime for a memory cap of pages 64 KiB pages.
 func (r *Runtime) engine(ctx context.Context, pages uint32) (wazero.Runtime, error) {
 	if r.closed {
