@@ -105,14 +105,19 @@ const idleReleasePeriod = 10 * time.Second
 func releaseWhenIdle(ctx context.Context, syncs func() uint64) {
 	r := idleReleaser{syncs: syncs, release: func() { releaseMemory(ctx, "syncs stopped") }}
 	r.last = syncs()
-	t := time.NewTicker(idleReleasePeriod)
+	every(ctx, idleReleasePeriod, r.tick)
+}
+
+// every calls fn every period until ctx is done.
+func every(ctx context.Context, period time.Duration, fn func()) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			r.tick()
+			fn()
 		}
 	}
 }

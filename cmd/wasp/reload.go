@@ -76,21 +76,10 @@ func statFile(path string) (fileState, error) {
 	return fileState{size: fi.Size(), modTime: fi.ModTime(), ino: inode(fi)}, nil
 }
 
-// run looks at the module files every period until ctx is done, then
-// closes the chain the proxy last ran.
+// run looks at the module files every period until ctx is done.
 func (r *moduleReloader) run(ctx context.Context, period time.Duration) {
-	if len(r.seen) == 0 {
-		return
-	}
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.check(ctx)
-		}
+	if len(r.seen) > 0 {
+		every(ctx, period, func() { r.check(ctx) })
 	}
 }
 
