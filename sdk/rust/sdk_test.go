@@ -1,0 +1,115 @@
+// Package rust_test runs the Rust SDK's unit tests, which check it against
+// the golden vectors of abi/testdata, and builds the SDK for Wasm. Both
+// skip when the toolchain is missing, unless WASP_RUST is set (make rust).
+package rust_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/abi/metadata"
+	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/internal/rustbuild"
+)
+
+// skipOrFail skips the test for a missing toolchain, or fails it when the
+// toolchain is required.
+func skipOrFail(t *testing.T, err error) {
+	t.Helper()
+	if os.Getenv(rustbuild.RequireEnv) != "" {
+		t.Fatalf("%s is set and the Rust toolchain is missing: %v", rustbuild.RequireEnv, err)
+	}
+	t.Skip("the Rust SDK needs rustc:", err)
+}
+
+func TestNative(t *testing.T) {
+	ctx := context.Background()
+	tc, err := rustbuild.FindNative(ctx)
+	if err != nil {
+		skipOrFail(t, err)
+	}
+	out, err := tc.Test(ctx, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "test result: ok") || strings.Contains(out, " 0 passed") {
+		t.Errorf("unexpected test output:\n%s", out)
+	}
+	t.Log(out)
+}
+
+// TestInWasp builds a module with the SDK for Wasm, loads it into wasp's
+// runtime, and checks that each stage turns the golden input into the
+// golden output byte for byte, call after call.
+func TestInWasp(t *testing.T) {
+	ctx := context.Background()
+	tc, err := rustbuild.Find(ctx)
+	if err != nil {
+		skipOrFail(t, err)
+	}
+	wasm, err := tc.Build(ctx, rustbuild.Paths{SDK: ".", Module: filepath.Join("testdata", "golden")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := runtime.Inspect(wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := metadata.Metadata{
+		Name: "rust-golden", Version: "1.0.0", ABI: 1,
+		Stages:         []string{"topology", "traffic-policy", "endpoint-selection"},
+		MinHostVersion: "0.1.0",
+		Description:    "The golden outputs of abi/testdata, for the Rust SDK's tests.",
+	}
+	if !reflect.DeepEqual(*meta, want) {
+		t.Errorf("metadata %+v, want %+v", *meta, want)
+	}
+
+	rt, err := runtime.New(runtime.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(ctx) })
+	m, err := rt.Load(ctx, "rust-golden", wasm, runtime.Limits{Instances: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		for _, stage := range abi.Stages {
+			in := golden(t, stage.String()+".input.hex")
+			out, err := m.Call(ctx, stage, in, nil)
+			if err != nil {
+				t.Fatalf("%s: %v", stage, err)
+			}
+			if want := golden(t, stage.String()+".output.hex"); !bytes.Equal(out, want) {
+				t.Errorf("round %d %s: output\n%x\nwant\n%x", round, stage, out, want)
+			}
+		}
+	}
+	// A batch for another stage than the one called gets no output.
+	_, err = m.Call(ctx, abi.StageTopology, golden(t, "traffic-policy.input.hex"), nil)
+	if runtime.ReasonOf(err) != runtime.ReasonNoOutput {
+		t.Errorf("topology call with a traffic-policy batch: %v, want reason %s", err, runtime.ReasonNoOutput)
+	}
+}
+
+// golden reads a hex file of abi/testdata.
+func golden(t *testing.T, name string) []byte {
+	t.Helper()
+	s, err := os.ReadFile(filepath.Join("..", "..", "abi", "testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := hex.DecodeString(strings.ReplaceAll(string(s), "\n", ""))
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return b
+}
