@@ -2,13 +2,16 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/wasp-proxy/wasp/host/chain"
+	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/internal/modbuild"
 )
@@ -16,9 +19,10 @@ import (
 func newModuleCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "module",
-		Short: "Build and inspect policy modules",
+		Short: "Build, inspect and distribute policy modules",
 	}
-	cmd.AddCommand(newModuleBuildCommand(), newModuleInspectCommand())
+	cmd.AddCommand(newModuleBuildCommand(), newModuleInspectCommand(), newModulePushCommand(),
+		newModulePullCommand(), newModuleSaveCommand(), newModuleLoadCommand())
 	return cmd
 }
 
@@ -46,13 +50,101 @@ ID), and embeds DIR/module.json as the module's metadata section.`,
 	return cmd
 }
 
+// registryFlags are the flags of the commands that talk to a registry.
+type registryFlags struct {
+	credentials []string
+	plainHTTP   bool
+	cacheDir    string
+}
+
+func (f *registryFlags) register(cmd *cobra.Command, cache bool) {
+	cmd.Flags().StringArrayVar(&f.credentials, "registry-config", nil, "docker config file or Kubernetes pull secret with registry credentials (repeatable; docker's own configuration is read after these)")
+	cmd.Flags().BoolVar(&f.plainHTTP, "plain-http", false, "talk HTTP, not HTTPS, to the registry (registries on loopback always get HTTP)")
+	if cache {
+		cmd.Flags().StringVar(&f.cacheDir, "cache-dir", "", `wasp's cache directory (as given to wasp run --cache-dir); "": none`)
+	}
+}
+
+func (f *registryFlags) client(allowTags bool) (*oci.Client, error) {
+	return oci.New(oci.Options{
+		CacheDir:        chain.OCICacheDir(f.cacheDir),
+		CredentialFiles: f.credentials,
+		DockerConfig:    true,
+		PlainHTTP:       f.plainHTTP,
+		AllowTags:       allowTags,
+	})
+}
+
 func newModuleInspectCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "inspect SOURCE",
-		Short: "Print a module's ABI version, stages, metadata and digest",
-		Args:  cobra.ExactArgs(1),
+	var rf registryFlags
+	cmd := &cobra.Command{
+		Use:   "inspect FILE|oci://REF",
+		Short: "Print a module's ABI version, stages, metadata and digests",
+		Long: `inspect checks a module and prints what it declares. SOURCE is a file,
+builtin:NAME or oci://REGISTRY/REPOSITORY with @sha256:DIGEST or :TAG; for
+a tag it prints the digest to pin the module by.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			wasm, err := chain.Read(args[0])
+			out := inspection{Source: args[0], Signatures: "not checked"}
+			var wasm []byte
+			if strings.HasPrefix(args[0], oci.Scheme) {
+				c, err := rf.client(true)
+				if err != nil {
+					return err
+				}
+				a, err := c.Pull(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				wasm = a.Wasm
+				out.Reference, out.Tag, out.ManifestDigest, out.Annotations = a.Reference, a.Tag, a.ManifestDigest.String(), a.Annotations
+			} else {
+				var err error
+				if wasm, err = chain.Read(args[0]); err != nil {
+					return err
+				}
+			}
+			meta, err := runtime.Inspect(wasm)
+			if err != nil {
+				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			out.Digest, out.Size, out.Metadata = runtime.Digest(wasm), len(wasm), meta
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(out)
+		},
+	}
+	rf.register(cmd, true)
+	return cmd
+}
+
+// inspection is what wasp module inspect prints.
+type inspection struct {
+	Source string `json:"source"`
+	// Reference, Tag, ManifestDigest and Annotations are set for oci://
+	// sources: the reference pinned by digest, the tag it was given by.
+	Reference      string            `json:"reference,omitempty"`
+	Tag            string            `json:"tag,omitempty"`
+	ManifestDigest string            `json:"manifestDigest,omitempty"`
+	Digest         string            `json:"digest"` // of the module binary
+	Size           int               `json:"size"`
+	Metadata       any               `json:"metadata"`
+	Annotations    map[string]string `json:"annotations,omitempty"`
+	Signatures     string            `json:"signatures"`
+}
+
+func newModulePushCommand() *cobra.Command {
+	var rf registryFlags
+	cmd := &cobra.Command{
+		Use:   "push FILE oci://REGISTRY/REPOSITORY[:TAG]",
+		Short: "Push a module to a registry as an OCI artifact",
+		Long: `push checks the module (ABI marker, metadata, stage exports) and uploads it
+as an OCI artifact in the CNCF Wasm layout, its metadata in the manifest
+annotations. It prints the reference pinned by digest, the one to give
+wasp run --module.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			wasm, err := os.ReadFile(args[0])
 			if err != nil {
 				return err
 			}
@@ -60,14 +152,125 @@ func newModuleInspectCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(struct {
-				Source   string `json:"source"`
-				Digest   string `json:"digest"`
-				Size     int    `json:"size"`
-				Metadata any    `json:"metadata"`
-			}{args[0], runtime.Digest(wasm), len(wasm), meta})
+			c, err := rf.client(false)
+			if err != nil {
+				return err
+			}
+			a, err := c.Push(cmd.Context(), args[1], wasm, meta)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), a.Reference)
+			return nil
 		},
 	}
+	rf.register(cmd, false)
+	return cmd
+}
+
+func newModulePullCommand() *cobra.Command {
+	var (
+		rf       registryFlags
+		out      string
+		allowTag bool
+	)
+	cmd := &cobra.Command{
+		Use:   "pull oci://REGISTRY/REPOSITORY@sha256:DIGEST -o FILE",
+		Short: "Pull a module from a registry, checking its digests",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := rf.client(allowTag)
+			if err != nil {
+				return err
+			}
+			a, err := c.Pull(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if _, err := runtime.Inspect(a.Wasm); err != nil {
+				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			if err := os.WriteFile(out, a.Wasm, 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), a.Reference)
+			return nil
+		},
+	}
+	rf.register(cmd, true)
+	cmd.Flags().StringVarP(&out, "output", "o", "", "output file (required)")
+	cmd.Flags().BoolVar(&allowTag, "allow-tag", false, "resolve a tag (the digest it resolved to is printed)")
+	_ = cmd.MarkFlagRequired("output")
+	return cmd
+}
+
+func newModuleSaveCommand() *cobra.Command {
+	var (
+		rf  registryFlags
+		out string
+	)
+	cmd := &cobra.Command{
+		Use:   "save oci://REF... -o ARCHIVE.tar",
+		Short: "Save modules into an archive for clusters without registry access",
+		Long: `save pulls modules, pinned by digest, and writes them as a tar archive of an
+OCI image layout, for wasp module load on nodes that cannot reach the registry.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := rf.client(false)
+			if err != nil {
+				return err
+			}
+			f, err := os.Create(out)
+			if err != nil {
+				return err
+			}
+			saved, err := c.Save(cmd.Context(), args, f)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				_ = os.Remove(out)
+				return err
+			}
+			for _, a := range saved {
+				fmt.Fprintln(cmd.OutOrStdout(), a.Reference)
+			}
+			return nil
+		},
+	}
+	rf.register(cmd, false)
+	cmd.Flags().StringVarP(&out, "output", "o", "", "archive file (required)")
+	_ = cmd.MarkFlagRequired("output")
+	return cmd
+}
+
+func newModuleLoadCommand() *cobra.Command {
+	var cacheDir string
+	cmd := &cobra.Command{
+		Use:   "load ARCHIVE.tar",
+		Short: "Load modules saved by wasp module save into wasp's cache on this node",
+		Long: `load checks every module in an archive written by wasp module save against
+its digests and puts it in wasp's cache, where wasp run finds the references
+pinned by digest without asking their registry.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cacheDir == "" {
+				return errors.New("--cache-dir: no cache directory to load into")
+			}
+			c, err := oci.New(oci.Options{CacheDir: chain.OCICacheDir(cacheDir)})
+			if err != nil {
+				return err
+			}
+			loaded, err := c.Load(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			for _, a := range loaded {
+				fmt.Fprintln(cmd.OutOrStdout(), a.Reference)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&cacheDir, "cache-dir", defaultCacheDir(), "wasp's cache directory, as given to wasp run --cache-dir")
+	return cmd
 }

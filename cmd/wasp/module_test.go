@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/internal/ocitest"
+	"github.com/wasp-proxy/wasp/modules"
+)
+
+// TestModuleRegistry: push, inspect, pull, save and load against a
+// registry, the way an operator moves a module to the nodes.
+func TestModuleRegistry(t *testing.T) {
+	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no credentials of the machine's
+	reg := ocitest.New(t)
+	dir := t.TempDir()
+	wasm, err := modules.Wasm("selection")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "selection.wasm")
+	if err := os.WriteFile(file, wasm, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tagged := "oci://" + reg.Host + "/wasp/selection:v1"
+
+	out, _, err := run(t, "", "module", "push", file, tagged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := strings.TrimSpace(out)
+	if !strings.HasPrefix(pinned, "oci://"+reg.Host+"/wasp/selection@sha256:") {
+		t.Fatalf("push printed %q, want the reference by digest", out)
+	}
+
+	t.Run("push refuses a module without metadata", func(t *testing.T) {
+		bare := filepath.Join(dir, "bare.wasm")
+		if err := os.WriteFile(bare, []byte("\x00asm\x01\x00\x00\x00"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := run(t, "", "module", "push", bare, "oci://"+reg.Host+"/wasp/bare:v1")
+		if err == nil || !strings.Contains(err.Error(), "bare.wasm") {
+			t.Fatalf("got %v, want an error naming bare.wasm", err)
+		}
+	})
+
+	t.Run("inspect a tag", func(t *testing.T) {
+		out, _, err := run(t, "", "module", "inspect", tagged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Reference, Tag, ManifestDigest, Digest, Signatures string
+			Metadata                                           struct {
+				ABI    int
+				Stages []string
+			}
+			Annotations map[string]string
+		}
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("%v in %s", err, out)
+		}
+		if got.Reference != pinned || got.Tag != "v1" || !strings.HasSuffix(pinned, got.ManifestDigest) ||
+			got.Digest != runtime.Digest(wasm) || got.Signatures != "not checked" || got.Metadata.ABI != 1 ||
+			len(got.Metadata.Stages) != 1 || got.Annotations["dev.wasp.module.stages"] != "endpoint-selection" {
+			t.Fatalf("inspect printed %s", out)
+		}
+	})
+
+	t.Run("pull", func(t *testing.T) {
+		dst := filepath.Join(t.TempDir(), "m.wasm")
+		if _, _, err := run(t, "", "module", "pull", pinned, "-o", dst); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(dst); err != nil || !bytes.Equal(got, wasm) {
+			t.Fatalf("pulled %d bytes, %v", len(got), err)
+		}
+		_, _, err := run(t, "", "module", "pull", tagged, "-o", dst)
+		if err == nil || !strings.Contains(err.Error(), "not pinned by digest") {
+			t.Fatalf("pull of a tag: %v", err)
+		}
+		if out, _, err := run(t, "", "module", "pull", "--allow-tag", tagged, "-o", dst); err != nil || strings.TrimSpace(out) != pinned {
+			t.Fatalf("pull --allow-tag printed %q, %v", out, err)
+		}
+	})
+
+	t.Run("save and load, offline", func(t *testing.T) {
+		archive := filepath.Join(t.TempDir(), "modules.tar")
+		if _, _, err := run(t, "", "module", "save", pinned, "-o", archive); err != nil {
+			t.Fatal(err)
+		}
+		reg.Close() // the nodes cannot reach the registry
+		cache := t.TempDir()
+		out, _, err := run(t, "", "module", "load", archive, "--cache-dir", cache)
+		if err != nil || strings.TrimSpace(out) != pinned {
+			t.Fatalf("load printed %q, %v", out, err)
+		}
+		// What was loaded is in the cache wasp run --cache-dir reads.
+		if _, _, err := run(t, "", "module", "inspect", "--cache-dir", cache, pinned); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
