@@ -112,6 +112,7 @@ func TestRoles(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"servicecidrs"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"wasp.dev"}, Resources: []string{"serviceproxymodules"}, Verbs: []string{"list", "watch"}},
 	}
 	if !reflect.DeepEqual(role.Rules, want) {
 		t.Errorf("ClusterRole %s rules:\n got %+v\nwant %+v", role.Name, role.Rules, want)

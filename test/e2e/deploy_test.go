@@ -125,6 +125,9 @@ func testRole(t *testing.T, s *suite, cfg *rest.Config) {
 		{access{Verb: "delete", Group: "discovery.k8s.io", Resource: "endpointslices", Namespace: "default"}, false},
 		{access{Verb: "patch", Resource: "nodes", Name: fw.ProxyNode}, false},
 		{access{Verb: "update", Resource: "nodes", Subresource: "status", Name: fw.ProxyNode}, false},
+		{access{Verb: "list", Group: "wasp.dev", Resource: "serviceproxymodules"}, true},
+		{access{Verb: "watch", Group: "wasp.dev", Resource: "serviceproxymodules"}, true},
+		{access{Verb: "update", Group: "wasp.dev", Resource: "serviceproxymodules"}, false},
 		{access{Verb: "create", Group: "networking.k8s.io", Resource: "servicecidrs"}, false},
 		// Events about its Node, which are in default.
 		{access{Verb: "create", Resource: "events", Namespace: "default"}, true},
