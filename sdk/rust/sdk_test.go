@@ -19,21 +19,11 @@ import (
 	"github.com/wasp-proxy/wasp/internal/rustbuild"
 )
 
-// skipOrFail skips the test for a missing toolchain, or fails it when the
-// toolchain is required.
-func skipOrFail(t *testing.T, err error) {
-	t.Helper()
-	if os.Getenv(rustbuild.RequireEnv) != "" {
-		t.Fatalf("%s is set and the Rust toolchain is missing: %v", rustbuild.RequireEnv, err)
-	}
-	t.Skip("the Rust SDK needs rustc:", err)
-}
-
 func TestNative(t *testing.T) {
 	ctx := context.Background()
 	tc, err := rustbuild.FindNative(ctx)
 	if err != nil {
-		skipOrFail(t, err)
+		rustbuild.SkipOrFail(t, err)
 	}
 	out, err := tc.Test(ctx, ".")
 	if err != nil {
@@ -52,7 +42,7 @@ func TestInWasp(t *testing.T) {
 	ctx := context.Background()
 	tc, err := rustbuild.Find(ctx)
 	if err != nil {
-		skipOrFail(t, err)
+		rustbuild.SkipOrFail(t, err)
 	}
 	wasm, err := tc.Build(ctx, rustbuild.Paths{SDK: ".", Module: filepath.Join("testdata", "golden")})
 	if err != nil {
