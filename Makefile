@@ -5,6 +5,7 @@
 #   make test      everything CI runs: checks, module drift, unit, kernel and end-to-end tests
 #   make check     gofmt, go vet, staticcheck, cross-builds, go mod tidy
 #   make modules   rebuild the embedded default modules from their sources
+#   make rust      the Rust SDK's tests and example (rustc, libstd-rust-dev-wasm32)
 #   make bench     the hot-path benchmarks (see docs/performance.md)
 #   make e2e       end-to-end tests against a real etcd + kube-apiserver (see test/README.md)
 #   make bench-e2e wasp vs upstream kube-proxy end to end, 100 to 10k Services (see docs/performance.md)
@@ -15,7 +16,7 @@ PLATFORMS   := linux/amd64 linux/arm64 windows/amd64
 MODULES     := topology trafficpolicy selection
 BENCHTIME   ?= 10x
 
-.PHONY: all demo explain build test unit e2e check fmt vet lint cross tidy modules modules-check bench clean
+.PHONY: all demo explain build test unit rust e2e check fmt vet lint cross tidy modules modules-check bench clean
 
 all: check unit
 
@@ -30,11 +31,14 @@ explain: ## Run the module chain on the bundled sample cluster.
 build:
 	$(GO) build -o bin/wasp ./cmd/wasp
 
-test: check modules-check unit e2e
+test: check modules-check rust unit e2e
 
 unit:
 	$(GO) test -count=1 ./...
 	cd test && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+rust: ## The Rust SDK's tests (golden vectors, natively and in Wasm) and its example, built with rustc: required here, skipped by unit without the toolchain.
+	WASP_RUST=1 $(GO) test -count=1 ./sdk/rust/ ./examples/rust-prefer-local/
 
 e2e: ## The end-to-end tests against a real etcd and kube-apiserver (builds them once: minutes).
 	cd test && WASP_E2E=1 $(GO) test -count=1 -timeout 40m ./controlplane/ ./e2e/
