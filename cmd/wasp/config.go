@@ -319,18 +319,23 @@ func newRunConfig(c *v1alpha1.WaspConfiguration, f *runFlags, hostname func() (s
 	rc.families, _ = parseIPFamilies(f.ipFamilies) // checked by checkRunFlags
 
 	for _, m := range c.Modules {
-		stage, _ := abi.ParseStage(m.Stage)
-		rc.specs = append(rc.specs, chain.Spec{Stage: stage, Source: m.Source, Limits: runtime.Limits{
-			MemoryBytes: uint64(m.Limits.Memory.Value()),
-			Timeout:     m.Limits.Timeout.Duration,
-			Instances:   int(m.Limits.Instances),
-		}})
+		rc.specs = append(rc.specs, moduleSpec(m))
 	}
 
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return rc, nil
+}
+
+// moduleSpec is the chain.Spec of a validated, defaulted module.
+func moduleSpec(m v1alpha1.ModuleConfiguration) chain.Spec {
+	stage, _ := abi.ParseStage(m.Stage)
+	return chain.Spec{Stage: stage, Source: m.Source, Limits: runtime.Limits{
+		MemoryBytes: uint64(m.Limits.Memory.Value()),
+		Timeout:     m.Limits.Timeout.Duration,
+		Instances:   int(m.Limits.Instances),
+	}}
 }
 
 // notApplied lists what a valid configuration asks for that wasp run does

@@ -10,7 +10,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/host/catalog"
 	"github.com/wasp-proxy/wasp/host/chain"
+	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/runtime"
 )
@@ -27,7 +29,7 @@ const moduleReloadPeriod = 2 * time.Second
 // tried again until its file changes again.
 type moduleReloader struct {
 	rt    *runtime.Runtime
-	specs []chain.Spec
+	specs []chain.Spec // of the configuration: --module or the config file
 	// swap hands a loaded chain's modules to the proxy; done as
 	// proxy.SetModules's.
 	swap func(mods [len(abi.Stages) + 1]pipeline.Module, done func(applied bool))
@@ -37,6 +39,88 @@ type moduleReloader struct {
 	mu      sync.Mutex
 	current *chain.Chain         // the chain the proxy runs
 	seen    map[string]fileState // by path: the file state last looked at
+
+	// The ServiceProxyModules' choice for this node (host/catalog), which
+	// overrides the configuration's module of its stages.
+	catalogMu sync.Mutex
+	catalog   map[abi.Stage]catalog.Choice
+	wake      chan struct{} // cap 1: the choice changed
+	retry     time.Duration // backoff of a failed catalog load; 0: none pending
+}
+
+// catalogRetryMin and catalogRetryMax bound the backoff between loads of
+// a catalog choice that failed (a registry down, a module that does not
+// compile): crash-loop backoff, without a crash.
+const (
+	catalogRetryMin = 5 * time.Second
+	catalogRetryMax = 5 * time.Minute
+)
+
+// setCatalog hands the reloader the node's choice of ServiceProxyModules;
+// it is applied on the reloader's goroutine.
+func (r *moduleReloader) setCatalog(c map[abi.Stage]catalog.Choice) {
+	r.catalogMu.Lock()
+	r.catalog = c
+	r.catalogMu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wanted returns the specs the chain should have: the configuration's,
+// with each stage the catalog chooses taken from it, but for the stages
+// left out (their objects' failure policy is Builtin and they failed).
+func (r *moduleReloader) wanted(leaveOut map[abi.Stage]bool) []chain.Spec {
+	r.catalogMu.Lock()
+	defer r.catalogMu.Unlock()
+	var out []chain.Spec
+	for _, s := range r.specs {
+		if _, ok := r.catalog[s.Stage]; !ok || leaveOut[s.Stage] {
+			out = append(out, s)
+		}
+	}
+	for stage, c := range r.catalog {
+		if !leaveOut[stage] {
+			out = append(out, moduleSpec(c.Module))
+		}
+	}
+	return out
+}
+
+// builtinPolicy returns the catalog's stages whose failure policy is
+// Builtin.
+func (r *moduleReloader) builtinPolicy() map[abi.Stage]bool {
+	r.catalogMu.Lock()
+	defer r.catalogMu.Unlock()
+	out := map[abi.Stage]bool{}
+	for stage, c := range r.catalog {
+		if c.Module.FailurePolicy == v1alpha1.Builtin {
+			out[stage] = true
+		}
+	}
+	return out
+}
+
+// applyCatalog loads the chain of the current choice and swaps it in. If
+// it fails, the stages whose objects say Builtin fall back to the
+// configuration's module (the builtin one unless configured), the others
+// keep what runs (KeepLastGood); either way the full choice is tried
+// again after a backoff.
+func (r *moduleReloader) applyCatalog(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	err := r.apply(ctx, r.wanted(nil), "ServiceProxyModules changed")
+	if err == nil {
+		r.retry = 0
+		return
+	}
+	r.retry = min(max(2*r.retry, catalogRetryMin), catalogRetryMax)
+	logger.Error(err, "Loading the ServiceProxyModules' chain failed; will retry", "retryIn", r.retry)
+	if b := r.builtinPolicy(); len(b) > 0 {
+		if err := r.apply(ctx, r.wanted(b), "failure policy Builtin"); err != nil {
+			logger.Error(err, "Loading the chain without the failed Builtin-policy modules failed too; the running modules stay")
+		}
+	}
 }
 
 // fileState is what tells that a file changed without reading it.
@@ -61,7 +145,7 @@ func moduleFiles(specs []chain.Spec) []string {
 }
 
 func newModuleReloader(rt *runtime.Runtime, specs []chain.Spec, current *chain.Chain) *moduleReloader {
-	r := &moduleReloader{rt: rt, specs: specs, current: current, seen: map[string]fileState{}}
+	r := &moduleReloader{rt: rt, specs: specs, current: current, seen: map[string]fileState{}, wake: make(chan struct{}, 1)}
 	for _, path := range moduleFiles(specs) {
 		r.seen[path], _ = statFile(path)
 	}
@@ -78,8 +162,25 @@ func statFile(path string) (fileState, error) {
 
 // run looks at the module files every period until ctx is done.
 func (r *moduleReloader) run(ctx context.Context, period time.Duration) {
-	if len(r.seen) > 0 {
-		every(ctx, period, func() { r.check(ctx) })
+	t := time.NewTicker(period)
+	defer t.Stop()
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.check(ctx)
+		case <-r.wake:
+			r.retry = 0
+			r.applyCatalog(ctx)
+		case <-retry:
+			r.applyCatalog(ctx)
+		}
+		retry = nil
+		if r.retry > 0 {
+			retry = time.After(r.retry)
+		}
 	}
 }
 
@@ -97,20 +198,32 @@ func (r *moduleReloader) check(ctx context.Context) {
 	if !changed {
 		return
 	}
-	logger := klog.FromContext(ctx)
-	next, err := chain.Load(ctx, r.rt, r.specs)
+	if err := r.apply(ctx, r.wanted(nil), "module files changed"); err != nil {
+		klog.FromContext(ctx).Error(err, "Module reload failed; the running modules stay")
+	}
+}
+
+// apply loads the chain of specs and, if its modules differ from the
+// running ones, swaps it into the proxy. The files of specs are watched
+// from then on.
+func (r *moduleReloader) apply(ctx context.Context, specs []chain.Spec, why string) error {
+	for _, path := range moduleFiles(specs) {
+		if _, ok := r.seen[path]; !ok {
+			r.seen[path], _ = statFile(path)
+		}
+	}
+	next, err := chain.Load(ctx, r.rt, specs)
 	if err != nil {
-		logger.Error(err, "Module reload failed; the running modules stay")
-		return
+		return err
 	}
 	r.mu.Lock()
 	cur := r.current
 	r.mu.Unlock()
 	if sameModules(cur, next) {
 		next.Close()
-		return
+		return nil
 	}
-	logger.Info("Module files changed: swapping the module chain", "modules", next.Sources[1:], "digests", digests(next))
+	klog.FromContext(ctx).Info("Swapping the module chain", "why", why, "modules", next.Sources[1:], "digests", digests(next))
 	r.swap(next.PipelineModules(), func(applied bool) {
 		if !applied {
 			next.Close()
@@ -125,6 +238,7 @@ func (r *moduleReloader) check(ctx context.Context) {
 			r.loaded(next)
 		}
 	})
+	return nil
 }
 
 // close closes the chain the proxy last ran; the proxy must be stopped.

@@ -19,14 +19,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/wasp-proxy/wasp/abi"
 	"github.com/wasp-proxy/wasp/backends"
 	"github.com/wasp-proxy/wasp/backends/conntrack"
 	"github.com/wasp-proxy/wasp/backends/nftables"
+	"github.com/wasp-proxy/wasp/host/catalog"
 	"github.com/wasp-proxy/wasp/host/chain"
 	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
 	"github.com/wasp-proxy/wasp/host/events"
@@ -564,6 +567,9 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 	goRun(func() { releaseWhenIdle(ctx, func() uint64 { return p.Stats().Syncs }) })
 	rl.swap, rl.loaded = p.SetModules, mx.SetChain
 	goRun(func() { rl.run(ctx, moduleReloadPeriod) })
+	if src == nil {
+		goRun(func() { watchCatalog(ctx, c, client, rl, ev) })
+	}
 
 	var names []string
 	for _, f := range families {
@@ -586,24 +592,71 @@ func newClient(c *runConfig) (kubernetes.Interface, *snapshot.Source, error) {
 		}
 		return src.Client(), src, nil
 	}
+	cfg, err := restConfig(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("apiserver client: %w", err)
+	}
+	return client, nil, nil
+}
+
+// restConfig is the apiserver access of c: --kubeconfig, --master or the
+// in-cluster configuration.
+func restConfig(c *runConfig) (*rest.Config, error) {
 	var (
 		cfg *rest.Config
 		err error
 	)
 	if c.master == "" && c.kubeconfig == "" {
 		if cfg, err = rest.InClusterConfig(); err != nil {
-			return nil, nil, fmt.Errorf("no cluster: give --kubeconfig, --master or --source (in-cluster configuration: %w)", err)
+			return nil, fmt.Errorf("no cluster: give --kubeconfig, --master or --source (in-cluster configuration: %w)", err)
 		}
 	} else if cfg, err = clientcmd.BuildConfigFromFlags(c.master, c.kubeconfig); err != nil {
-		return nil, nil, fmt.Errorf("--kubeconfig %q --master %q: %w", c.kubeconfig, c.master, err)
+		return nil, fmt.Errorf("--kubeconfig %q --master %q: %w", c.kubeconfig, c.master, err)
 	}
 	cfg.UserAgent = "wasp/" + version
 	cfg.QPS, cfg.Burst, cfg.ContentType = c.qps, c.burst, c.contentType
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("apiserver client: %w", err)
+	return cfg, nil
+}
+
+// watchCatalog follows the cluster's ServiceProxyModules for this node,
+// when the apiserver serves them, handing each change to rl.
+func watchCatalog(ctx context.Context, c *runConfig, client kubernetes.Interface, rl *moduleReloader, ev *events.Recorder) {
+	logger := klog.FromContext(ctx)
+	served, err := catalog.Served(ctx, client, 30*time.Second)
+	if err != nil || !served {
+		logger.Info("ServiceProxyModules are not served; modules come from the configuration only", "err", err)
+		return
 	}
-	return client, nil, nil
+	cfg, err := restConfig(c)
+	if err != nil {
+		logger.Error(err, "ServiceProxyModules not watched")
+		return
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		logger.Error(err, "ServiceProxyModules not watched")
+		return
+	}
+	w := catalog.NewWatcher(catalog.WatcherOpts{
+		Dynamic: dyn, Client: client, NodeName: c.nodeName,
+		OnChange: func(choice map[abi.Stage]catalog.Choice) {
+			var objs []string
+			for _, ch := range choice {
+				objs = append(objs, ch.Object)
+			}
+			slices.Sort(objs)
+			logger.Info("ServiceProxyModules chosen for this node", "objects", objs)
+			rl.setCatalog(choice)
+		},
+		OnInvalid: func(_ string, err error) { ev.ConfigRejected(err) },
+	})
+	if err := w.Run(ctx); err != nil && ctx.Err() == nil {
+		logger.Error(err, "Watching ServiceProxyModules stopped")
+	}
 }
 
 // getNode returns the Node called name, waiting up to wait for it to

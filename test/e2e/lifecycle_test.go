@@ -31,6 +31,7 @@ func TestLifecycle(t *testing.T) {
 
 	t.Run("weighted selection by a module", func(t *testing.T) { testWeighted(t, s) })
 	t.Run("module hot reload", func(t *testing.T) { testHotReload(t, s) })
+	t.Run("ServiceProxyModule", func(t *testing.T) { testServiceProxyModule(t, s) })
 	t.Run("restart keeps connections", func(t *testing.T) { testRestart(t, s) })
 	t.Run("cleanup leaves no trace", func(t *testing.T) { testCleanup(t, s) })
 }

@@ -57,17 +57,7 @@ func testHotReload(t *testing.T, s *suite) {
 	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
 	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
 
-	// spread checks that a-1 answers a share p of n connections, within
-	// ±5 standard deviations (see testWeighted).
-	spread := func(p float64) error {
-		const n = 1000
-		got := answers(t, s.client(), "tcp", ip, 80, n)
-		sd := math.Sqrt(n * p * (1 - p))
-		if d := math.Abs(float64(got["a-1"]) - n*p); d > 5*sd {
-			return fmt.Errorf("a-1 answered %d of %d, want %.0f±%.0f (%v)", got["a-1"], n, n*p, 5*sd, got)
-		}
-		return nil
-	}
+	spread := spreadOf(t, s, ip)
 	if err := spread(0.5); err != nil {
 		t.Fatalf("the default module: %v", err)
 	}
@@ -84,7 +74,7 @@ func testHotReload(t *testing.T, s *suite) {
 
 	replace(mustRead(t, heavy))
 	fw.Eventually(t, converge, func() error {
-		if !strings.Contains(w.Log(), "swapping the module chain") {
+		if !strings.Contains(w.Log(), "Swapping the module chain") {
 			return fmt.Errorf("no swap in wasp's log yet")
 		}
 		return nil
@@ -113,6 +103,20 @@ func testHotReload(t *testing.T, s *suite) {
 	time.Sleep(100 * time.Millisecond)
 	if done, err := w.Exited(); done {
 		t.Fatalf("wasp exited after a broken module file: %v", err)
+	}
+}
+
+// spreadOf returns a check that a-1 answers a share p of 1000 new
+// connections to ip:80, within ±5 standard deviations (see testWeighted).
+func spreadOf(t *testing.T, s *suite, ip netip.Addr) func(p float64) error {
+	return func(p float64) error {
+		const n = 1000
+		got := answers(t, s.client(), "tcp", ip, 80, n)
+		sd := math.Sqrt(n * p * (1 - p))
+		if d := math.Abs(float64(got["a-1"]) - n*p); d > 5*sd {
+			return fmt.Errorf("a-1 answered %d of %d, want %.0f±%.0f (%v)", got["a-1"], n, n*p, 5*sd, got)
+		}
+		return nil
 	}
 }
 

@@ -1,0 +1,131 @@
+//go:build linux
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	"github.com/wasp-proxy/wasp/host/catalog"
+	fw "github.com/wasp-proxy/wasp/test/framework"
+)
+
+// testServiceProxyModule installs the ServiceProxyModule CRD of deploy/,
+// and drives a running wasp's endpoint-selection module through objects:
+// created (the 9:1 module takes over, no restart), pointed at a module
+// that does not load (KeepLastGood: 9:1 stays), then with failurePolicy
+// Builtin (the builtin module serves: 1:1), then deleted.
+func testServiceProxyModule(t *testing.T, s *suite) {
+	var crd unstructured.Unstructured
+	if err := yaml.Unmarshal(mustRead(t, "../../deploy/base/crd.yaml"), &crd.Object); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.env.Apply(s.ctx, "e2e", &crd); err != nil {
+		t.Fatal(err)
+	}
+	fw.Eventually(t, converge, func() error {
+		_, err := s.env.Client.Discovery().ServerResourcesForGroupVersion(catalog.Group + "/" + catalog.Version)
+		return err
+	})
+
+	// wasp runs as system:kube-proxy here: let it read the objects, as
+	// deploy/'s role lets the wasp ServiceAccount.
+	rbac := s.env.Client.RbacV1()
+	if _, err := rbac.ClusterRoles().Create(s.ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-serviceproxymodules"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{catalog.Group}, Resources: []string{catalog.Resource}, Verbs: []string{"list", "watch"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.ClusterRoleBindings().Create(s.ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-serviceproxymodules"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "e2e-serviceproxymodules"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "system:kube-proxy"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	heavy := filepath.Join(s.env.Dir, "heavy-catalog.wasm")
+	if out, err := exec.CommandContext(s.ctx, s.env.WaspBin, "module", "build", "testdata/heavy", "-o", heavy).CombinedOutput(); err != nil {
+		t.Fatalf("build the test module: %v\n%s", err, out)
+	}
+	broken := filepath.Join(s.env.Dir, "broken.wasm")
+	if err := os.WriteFile(broken, []byte("\x00asm\x01\x00\x00\x00 not a module"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	w := s.env.StartWasp(t)
+	defer w.Stop()
+	pid := w.Pid()
+	ns := s.namespace(t)
+	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "catalog", Namespace: ns,
+		Annotations: map[string]string{"e2e.wasp.dev/heavy-node": fw.ProxyNode}})
+	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "b-1")...)
+	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
+	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
+	spread := spreadOf(t, s, ip)
+	if err := spread(0.5); err != nil {
+		t.Fatalf("the builtin module: %v", err)
+	}
+
+	dyn, err := dynamic.NewForConfig(s.env.CP.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := dyn.Resource(catalog.GVR)
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": catalog.Group + "/" + catalog.Version, "kind": catalog.Kind,
+		"metadata": map[string]any{"name": "heavy"},
+		"spec": map[string]any{"stage": "endpoint-selection", "source": "file://" + heavy,
+			"nodeSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/hostname": fw.ProxyNode}}},
+	}}
+	if obj, err = objs.Create(s.ctx, obj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer objs.Delete(s.ctx, "heavy", metav1.DeleteOptions{})
+	fw.Eventually(t, converge, func() error { return spread(0.9) })
+
+	// A source that does not load: the running module stays.
+	setSpec := func(key string, value any) {
+		t.Helper()
+		cur, err := objs.Get(s.ctx, "heavy", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unstructured.SetNestedField(cur.Object, value, "spec", key); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := objs.Update(s.ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setSpec("source", "file://"+broken)
+	fw.Eventually(t, converge, func() error {
+		if !strings.Contains(w.Log(), "Loading the ServiceProxyModules' chain failed") {
+			return fmt.Errorf("no failed load in wasp's log yet")
+		}
+		return nil
+	})
+	if err := spread(0.9); err != nil {
+		t.Fatalf("KeepLastGood after a module that does not load: %v", err)
+	}
+
+	// failurePolicy Builtin: the builtin module takes the stage back.
+	setSpec("failurePolicy", "Builtin")
+	fw.Eventually(t, converge, func() error { return spread(0.5) })
+
+	if done, err := w.Exited(); done || w.Pid() != pid {
+		t.Fatalf("wasp restarted or exited (%v): module changes must not restart it", err)
+	}
+}
