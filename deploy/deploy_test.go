@@ -113,6 +113,7 @@ func TestRoles(t *testing.T) {
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"servicecidrs"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"wasp.dev"}, Resources: []string{"serviceproxymodules"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"wasp.dev"}, Resources: []string{"serviceproxymodules/status"}, Verbs: []string{"patch"}},
 	}
 	if !reflect.DeepEqual(role.Rules, want) {
 		t.Errorf("ClusterRole %s rules:\n got %+v\nwant %+v", role.Name, role.Rules, want)

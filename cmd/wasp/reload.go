@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -46,6 +47,11 @@ type moduleReloader struct {
 	catalog   map[abi.Stage]catalog.Choice
 	wake      chan struct{} // cap 1: the choice changed
 	retry     time.Duration // backoff of a failed catalog load; 0: none pending
+
+	// status, if set, writes this node's entry in an object's status
+	// (nil: remove it); reported are the objects with an entry.
+	status   func(ctx context.Context, object string, st *catalog.NodeStatus) error
+	reported map[string]bool
 }
 
 // catalogRetryMin and catalogRetryMax bound the backoff between loads of
@@ -109,17 +115,60 @@ func (r *moduleReloader) builtinPolicy() map[abi.Stage]bool {
 // again after a backoff.
 func (r *moduleReloader) applyCatalog(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	err := r.apply(ctx, r.wanted(nil), "ServiceProxyModules changed")
+	running, err := r.apply(ctx, r.wanted(nil), "ServiceProxyModules changed")
 	if err == nil {
 		r.retry = 0
+		r.report(ctx, running, nil, nil)
 		return
 	}
 	r.retry = min(max(2*r.retry, catalogRetryMin), catalogRetryMax)
 	logger.Error(err, "Loading the ServiceProxyModules' chain failed; will retry", "retryIn", r.retry)
-	if b := r.builtinPolicy(); len(b) > 0 {
-		if err := r.apply(ctx, r.wanted(b), "failure policy Builtin"); err != nil {
-			logger.Error(err, "Loading the chain without the failed Builtin-policy modules failed too; the running modules stay")
+	b := r.builtinPolicy()
+	if len(b) > 0 {
+		if _, ferr := r.apply(ctx, r.wanted(b), "failure policy Builtin"); ferr != nil {
+			logger.Error(ferr, "Loading the chain without the failed Builtin-policy modules failed too; the running modules stay")
+			b = nil
 		}
+	}
+	r.report(ctx, nil, err, b)
+}
+
+// report writes this node's status entry of every chosen object: Active
+// with the digest that runs, or the load error with Failed (the running
+// modules stay) or Builtin (the stage fell back); and removes the entries
+// of objects no longer chosen.
+func (r *moduleReloader) report(ctx context.Context, running map[abi.Stage]string, err error, fellBack map[abi.Stage]bool) {
+	if r.status == nil {
+		return
+	}
+	r.catalogMu.Lock()
+	choice := maps.Clone(r.catalog)
+	r.catalogMu.Unlock()
+	now := map[string]bool{}
+	for stage, c := range choice {
+		st := &catalog.NodeStatus{Phase: catalog.PhaseActive, Digest: running[stage], ObservedGeneration: c.Generation}
+		switch {
+		case err != nil && fellBack[stage]:
+			st = &catalog.NodeStatus{Phase: catalog.PhaseBuiltin, Message: err.Error(), ObservedGeneration: c.Generation}
+		case err != nil:
+			st = &catalog.NodeStatus{Phase: catalog.PhaseFailed, Message: err.Error(), ObservedGeneration: c.Generation}
+		}
+		now[c.Object] = true
+		r.setStatus(ctx, c.Object, st)
+	}
+	for object := range r.reported {
+		if !now[object] {
+			r.setStatus(ctx, object, nil)
+		}
+	}
+	r.reported = now
+}
+
+func (r *moduleReloader) setStatus(ctx context.Context, object string, st *catalog.NodeStatus) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := r.status(ctx, object, st); err != nil {
+		klog.FromContext(ctx).V(2).Info("Module status not written", "err", err)
 	}
 }
 
@@ -198,15 +247,15 @@ func (r *moduleReloader) check(ctx context.Context) {
 	if !changed {
 		return
 	}
-	if err := r.apply(ctx, r.wanted(nil), "module files changed"); err != nil {
+	if _, err := r.apply(ctx, r.wanted(nil), "module files changed"); err != nil {
 		klog.FromContext(ctx).Error(err, "Module reload failed; the running modules stay")
 	}
 }
 
 // apply loads the chain of specs and, if its modules differ from the
-// running ones, swaps it into the proxy. The files of specs are watched
-// from then on.
-func (r *moduleReloader) apply(ctx context.Context, specs []chain.Spec, why string) error {
+// running ones, swaps it into the proxy; it returns the digest each stage
+// runs then. The files of specs are watched from then on.
+func (r *moduleReloader) apply(ctx context.Context, specs []chain.Spec, why string) (map[abi.Stage]string, error) {
 	for _, path := range moduleFiles(specs) {
 		if _, ok := r.seen[path]; !ok {
 			r.seen[path], _ = statFile(path)
@@ -214,14 +263,18 @@ func (r *moduleReloader) apply(ctx context.Context, specs []chain.Spec, why stri
 	}
 	next, err := chain.Load(ctx, r.rt, specs)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	running := map[abi.Stage]string{}
+	for _, s := range abi.Stages {
+		running[s] = next.Modules[s].Digest
 	}
 	r.mu.Lock()
 	cur := r.current
 	r.mu.Unlock()
 	if sameModules(cur, next) {
 		next.Close()
-		return nil
+		return running, nil
 	}
 	klog.FromContext(ctx).Info("Swapping the module chain", "why", why, "modules", next.Sources[1:], "digests", digests(next))
 	r.swap(next.PipelineModules(), func(applied bool) {
@@ -238,7 +291,7 @@ func (r *moduleReloader) apply(ctx context.Context, specs []chain.Spec, why stri
 			r.loaded(next)
 		}
 	})
-	return nil
+	return running, nil
 }
 
 // close closes the chain the proxy last ran; the proxy must be stopped.

@@ -641,6 +641,8 @@ func watchCatalog(ctx context.Context, c *runConfig, client kubernetes.Interface
 		logger.Error(err, "ServiceProxyModules not watched")
 		return
 	}
+	// Set before the first choice reaches rl, through w.
+	rl.status = catalog.StatusWriter{Dynamic: dyn, NodeName: c.nodeName}.Set
 	w := catalog.NewWatcher(catalog.WatcherOpts{
 		Dynamic: dyn, Client: client, NodeName: c.nodeName,
 		OnChange: func(choice map[abi.Stage]catalog.Choice) {

@@ -63,8 +63,9 @@ type ServiceProxyModuleSpec struct {
 // Choice is the module a stage runs on a node, and the object it comes
 // from.
 type Choice struct {
-	Object string
-	Module v1alpha1.ModuleConfiguration
+	Object     string
+	Generation int64 // the object's metadata.generation
+	Module     v1alpha1.ModuleConfiguration
 }
 
 // FromUnstructured converts a ServiceProxyModule read through a dynamic
@@ -132,7 +133,7 @@ func Select(objs []*ServiceProxyModule, nodeLabels map[string]string) map[abi.St
 				continue
 			}
 		}
-		out[stage] = Choice{Object: o.Name, Module: o.Spec.ModuleConfiguration}
+		out[stage] = Choice{Object: o.Name, Generation: o.Generation, Module: o.Spec.ModuleConfiguration}
 	}
 	return out
 }
