@@ -14,6 +14,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/catalog"
 	"github.com/wasp-proxy/wasp/host/chain"
 	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
+	"github.com/wasp-proxy/wasp/host/metrics"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/runtime"
 )
@@ -52,6 +53,28 @@ type moduleReloader struct {
 	// (nil: remove it); reported are the objects with an entry.
 	status   func(ctx context.Context, object string, st *catalog.NodeStatus) error
 	reported map[string]bool
+	// reloaded, if set, counts every load: its trigger (metrics.Reload*)
+	// and result.
+	reloaded func(trigger, result string)
+	// loadFailed, if set, is told about every load that failed (Events).
+	loadFailed func(err error)
+}
+
+// count reports a load's outcome to reloaded and loadFailed.
+func (r *moduleReloader) count(trigger string, swapped bool, err error) {
+	result := metrics.ReloadUnchanged
+	switch {
+	case err != nil:
+		result = metrics.ReloadFailed
+		if r.loadFailed != nil {
+			r.loadFailed(err)
+		}
+	case swapped:
+		result = metrics.ReloadSwapped
+	}
+	if r.reloaded != nil {
+		r.reloaded(trigger, result)
+	}
 }
 
 // catalogRetryMin and catalogRetryMax bound the backoff between loads of
@@ -115,7 +138,8 @@ func (r *moduleReloader) builtinPolicy() map[abi.Stage]bool {
 // again after a backoff.
 func (r *moduleReloader) applyCatalog(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	running, err := r.apply(ctx, r.wanted(nil), "ServiceProxyModules changed")
+	running, swapped, err := r.apply(ctx, r.wanted(nil), "ServiceProxyModules changed")
+	r.count(metrics.ReloadCatalog, swapped, err)
 	if err == nil {
 		r.retry = 0
 		r.report(ctx, running, nil, nil)
@@ -125,7 +149,9 @@ func (r *moduleReloader) applyCatalog(ctx context.Context) {
 	logger.Error(err, "Loading the ServiceProxyModules' chain failed; will retry", "retryIn", r.retry)
 	b := r.builtinPolicy()
 	if len(b) > 0 {
-		if _, ferr := r.apply(ctx, r.wanted(b), "failure policy Builtin"); ferr != nil {
+		_, swapped, ferr := r.apply(ctx, r.wanted(b), "failure policy Builtin")
+		r.count(metrics.ReloadCatalog, swapped, ferr)
+		if ferr != nil {
 			logger.Error(ferr, "Loading the chain without the failed Builtin-policy modules failed too; the running modules stay")
 			b = nil
 		}
@@ -247,15 +273,18 @@ func (r *moduleReloader) check(ctx context.Context) {
 	if !changed {
 		return
 	}
-	if _, err := r.apply(ctx, r.wanted(nil), "module files changed"); err != nil {
+	_, swapped, err := r.apply(ctx, r.wanted(nil), "module files changed")
+	r.count(metrics.ReloadFiles, swapped, err)
+	if err != nil {
 		klog.FromContext(ctx).Error(err, "Module reload failed; the running modules stay")
 	}
 }
 
 // apply loads the chain of specs and, if its modules differ from the
 // running ones, swaps it into the proxy; it returns the digest each stage
-// runs then. The files of specs are watched from then on.
-func (r *moduleReloader) apply(ctx context.Context, specs []chain.Spec, why string) (map[abi.Stage]string, error) {
+// runs then, and whether it swapped. The files of specs are watched from
+// then on.
+func (r *moduleReloader) apply(ctx context.Context, specs []chain.Spec, why string) (running map[abi.Stage]string, swapped bool, err error) {
 	for _, path := range moduleFiles(specs) {
 		if _, ok := r.seen[path]; !ok {
 			r.seen[path], _ = statFile(path)
@@ -263,9 +292,9 @@ func (r *moduleReloader) apply(ctx context.Context, specs []chain.Spec, why stri
 	}
 	next, err := chain.Load(ctx, r.rt, specs)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	running := map[abi.Stage]string{}
+	running = map[abi.Stage]string{}
 	for _, s := range abi.Stages {
 		running[s] = next.Modules[s].Digest
 	}
@@ -274,7 +303,7 @@ func (r *moduleReloader) apply(ctx context.Context, specs []chain.Spec, why stri
 	r.mu.Unlock()
 	if sameModules(cur, next) {
 		next.Close()
-		return running, nil
+		return running, false, nil
 	}
 	klog.FromContext(ctx).Info("Swapping the module chain", "why", why, "modules", next.Sources[1:], "digests", digests(next))
 	r.swap(next.PipelineModules(), func(applied bool) {
@@ -291,7 +320,7 @@ func (r *moduleReloader) apply(ctx context.Context, specs []chain.Spec, why stri
 			r.loaded(next)
 		}
 	})
-	return running, nil
+	return running, true, nil
 }
 
 // close closes the chain the proxy last ran; the proxy must be stopped.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,6 +63,8 @@ func TestModuleReloader(t *testing.T) {
 		done(true)
 	}
 
+	var counted []string
+	r.reloaded = func(trigger, result string) { counted = append(counted, trigger+"/"+result) }
 	r.check(ctx) // nothing changed
 	write([]byte("\x00asm garbage"))
 	r.check(ctx)
@@ -73,6 +76,9 @@ func TestModuleReloader(t *testing.T) {
 	r.check(ctx)
 	if len(swapped) != 1 {
 		t.Fatalf("%d swaps after a good module replaced the file; want 1", len(swapped))
+	}
+	if want := []string{"files/failed", "files/swapped"}; !slices.Equal(counted, want) {
+		t.Errorf("loads counted %v, want %v", counted, want)
 	}
 	got := swapped[0][abi.StageEndpointSelection].(*runtime.Module)
 	if got.Digest != runtime.Digest(double) || r.current.Modules[abi.StageEndpointSelection] != got {

@@ -566,6 +566,7 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 	}
 	goRun(func() { releaseWhenIdle(ctx, func() uint64 { return p.Stats().Syncs }) })
 	rl.swap, rl.loaded = p.SetModules, mx.SetChain
+	rl.reloaded, rl.loadFailed = mx.ModuleReload, ev.ModuleLoadFailed
 	goRun(func() { rl.run(ctx, moduleReloadPeriod) })
 	if src == nil {
 		goRun(func() { watchCatalog(ctx, c, client, rl, ev) })

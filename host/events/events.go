@@ -45,6 +45,10 @@ const (
 	// ReasonConfigRejected: a configuration failed validation and
 	// nothing of it was applied.
 	ReasonConfigRejected = "ConfigRejected"
+	// ReasonModuleLoadFailed: a new module chain (a changed module file,
+	// the ServiceProxyModules chosen for the node) did not load; the
+	// running modules, or the failure policy's fallback, serve.
+	ReasonModuleLoadFailed = "ModuleLoadFailed"
 )
 
 // Annotations of the Events, naming what they are about.
@@ -177,6 +181,11 @@ func (r *Recorder) ServicePortFallback(module string, stage abi.Stage, port stri
 // ConfigRejected reports a configuration that failed validation with err.
 func (r *Recorder) ConfigRejected(err error) {
 	r.send(key{reason: ReasonConfigRejected}, "", "configuration rejected, nothing of it applied: %v", err)
+}
+
+// ModuleLoadFailed reports a module chain that did not load with err.
+func (r *Recorder) ModuleLoadFailed(err error) {
+	r.send(key{reason: ReasonModuleLoadFailed}, "", "a new module chain did not load, the running modules (or the failure policy's fallback) serve: %v", err)
 }
 
 // SendConfigRejected sends the ConfigRejected Event at once, not through a

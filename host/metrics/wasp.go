@@ -25,6 +25,7 @@ const (
 	labelDigest  = "digest"
 	labelType    = "type"
 	labelResult  = "result"
+	labelTrigger = "trigger"
 
 	// reasonOther is the reason of a failure that is no
 	// *runtime.CallError (the input could not be encoded, the sync was
@@ -49,11 +50,14 @@ type wasp struct {
 	evaluated                                           prometheus.Gauge
 	servicePorts                                        *prometheus.GaugeVec
 	housekeepingFailures, conntrackFailures             *prometheus.CounterVec
+	moduleReloads                                       *prometheus.CounterVec
 }
 
 func newWasp(reg prometheus.Registerer) wasp {
 	f := factory{reg: reg, namespace: waspNamespace}
 	w := wasp{
+		moduleReloads: f.counter("module_reloads_total",
+			"Loads of a new module chain without a restart, by trigger (files: a module file changed; catalog: the ServiceProxyModules chosen for the node) and result (swapped, unchanged, failed)", labelTrigger, labelResult),
 		moduleCalls: f.counter("module_calls_total",
 			"Calls into a stage's module, each part of a split or bisected batch counted", labelModule, labelStage),
 		moduleCallDuration: f.histogram("module_call_duration_seconds",
@@ -197,4 +201,21 @@ func (f factory) histogram(name, help string, buckets []float64, labels ...strin
 	v := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: f.namespace, Name: name, Help: help, Buckets: buckets}, labels)
 	f.reg.MustRegister(v)
 	return v
+}
+
+// Module reload triggers and results, for ModuleReload.
+const (
+	ReloadFiles   = "files"
+	ReloadCatalog = "catalog"
+
+	ReloadSwapped   = "swapped"
+	ReloadUnchanged = "unchanged"
+	ReloadFailed    = "failed"
+)
+
+// ModuleReload counts a load of a new module chain: trigger is
+// ReloadFiles or ReloadCatalog, result ReloadSwapped, ReloadUnchanged or
+// ReloadFailed.
+func (m *Metrics) ModuleReload(trigger, result string) {
+	m.moduleReloads.WithLabelValues(trigger, result).Inc()
 }
