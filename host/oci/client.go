@@ -3,6 +3,7 @@ package oci
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"errors"
 	"fmt"
 	"io"
@@ -49,6 +50,14 @@ type Options struct {
 	// HTTPClient sends the requests; optional: nil uses a client with
 	// retries.
 	HTTPClient *http.Client
+	// PublicKeys, when not empty, make Pull require a signature of the
+	// module in cosign's layout that verifies with one of them (ECDSA, RSA
+	// or Ed25519; ParsePublicKeys reads them from PEM); optional. The
+	// signatures are checked before any of the module's blobs is fetched or
+	// read from the cache, and a module without a valid signature is an
+	// error wrapping ErrNoSignature, ErrBadSignature, ErrSignatureMismatch
+	// or ErrMalformedSignature.
+	PublicKeys []crypto.PublicKey
 }
 
 // Client pulls and pushes module artifacts.
@@ -109,6 +118,9 @@ type Artifact struct {
 	// Cached reports that nothing was fetched: every blob came from the
 	// cache.
 	Cached bool
+	// Signatures are the module's signatures verified with
+	// Options.PublicKeys; nil when there are none to verify with.
+	Signatures *Signatures
 
 	manifest, config []byte
 	configDesc       ocispec.Descriptor
@@ -117,17 +129,9 @@ type Artifact struct {
 // Pull returns the module of ref, from the cache if it holds the manifest
 // and its blobs, else from the registry (and then caches them).
 func (c *Client) Pull(ctx context.Context, ref string) (*Artifact, error) {
-	r, err := ParseReference(ref)
+	r, err := c.parsePinned(ref)
 	if err != nil {
 		return nil, err
-	}
-	if r.Digest == "" {
-		if r.Tag == "" {
-			return nil, fmt.Errorf("module %q: %w: give @sha256:DIGEST", ref, ErrNotPinned)
-		}
-		if !c.opts.AllowTags {
-			return nil, fmt.Errorf("module %q: %w: a tag can move; name the module as %s@sha256:DIGEST (wasp module inspect prints it)", ref, ErrNotPinned, Scheme+r.Registry+"/"+r.Repository)
-		}
 	}
 	a, err := c.pull(ctx, r)
 	if err != nil {
@@ -137,6 +141,24 @@ func (c *Client) Pull(ctx context.Context, ref string) (*Artifact, error) {
 		klog.FromContext(ctx).Info("Resolved module tag", "reference", ref, "digest", a.ManifestDigest)
 	}
 	return a, nil
+}
+
+// parsePinned parses a reference to pull: pinned by digest, or by a tag if
+// Options.AllowTags is set.
+func (c *Client) parsePinned(ref string) (Reference, error) {
+	r, err := ParseReference(ref)
+	if err != nil {
+		return Reference{}, err
+	}
+	if r.Digest == "" {
+		if r.Tag == "" {
+			return Reference{}, fmt.Errorf("module %q: %w: give @sha256:DIGEST", ref, ErrNotPinned)
+		}
+		if !c.opts.AllowTags {
+			return Reference{}, fmt.Errorf("module %q: %w: a tag can move; name the module as %s@sha256:DIGEST (wasp module inspect prints it)", ref, ErrNotPinned, Scheme+r.Registry+"/"+r.Repository)
+		}
+	}
+	return r, nil
 }
 
 func (c *Client) pull(ctx context.Context, r Reference) (*Artifact, error) {
@@ -162,6 +184,13 @@ func (c *Client) pull(ctx context.Context, r Reference) (*Artifact, error) {
 		}
 		manifest = desc.Digest
 	}
+	var sigs *Signatures
+	if len(c.opts.PublicKeys) > 0 {
+		var err error
+		if sigs, err = c.verifySignatures(ctx, getRepo, r, manifest, c.opts.PublicKeys); err != nil {
+			return nil, err
+		}
+	}
 	a, err := c.get(ctx, r, manifest, func(ctx context.Context, desc ocispec.Descriptor) (io.ReadCloser, error) {
 		repo, err := getRepo()
 		if err != nil {
@@ -180,6 +209,7 @@ func (c *Client) pull(ctx context.Context, r Reference) (*Artifact, error) {
 	if r.Digest == "" {
 		a.Tag = r.Tag
 	}
+	a.Signatures = sigs
 	return a, nil
 }
 

@@ -16,4 +16,13 @@
 // (CacheDir/blobs/sha256/HEX), checked on every read: a digest is pulled once
 // per node, and a digest-pinned reference is served from the cache while its
 // registry is down.
+//
+// Signatures follow cosign's key-based layout (SignatureTag,
+// SignatureMediaType, SignatureAnnotation): Sign writes one, Verify checks
+// them, and a Client with Options.PublicKeys verifies them on every Pull
+// before it fetches or reads any blob of the module. They are implemented
+// with the standard library's crypto rather than sigstore's Go modules: the
+// checks are a PEM key, a SHA-256 and one signature verification, and
+// sigstore's modules bring a second registry client (go-containerregistry)
+// and protobuf code into the build.
 package oci

@@ -101,6 +101,13 @@ func (r *Registry) Tag(repository, tag string, d digest.Digest) {
 	r.tags[repository+":"+tag] = d
 }
 
+// Resolve returns the manifest repository:tag points at, "" if none.
+func (r *Registry) Resolve(repository, tag string) digest.Digest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tags[repository+":"+tag]
+}
+
 // Requests returns how many requests the registry has answered, /v2/
 // pings included.
 func (r *Registry) Requests() int {
