@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,7 +23,8 @@ func newModuleCommand() *cobra.Command {
 		Short: "Build, inspect and distribute policy modules",
 	}
 	cmd.AddCommand(newModuleBuildCommand(), newModuleInspectCommand(), newModulePushCommand(),
-		newModulePullCommand(), newModuleSaveCommand(), newModuleLoadCommand())
+		newModulePullCommand(), newModuleSaveCommand(), newModuleLoadCommand(),
+		newModuleSignCommand(), newModuleVerifyCommand())
 	return cmd
 }
 
@@ -76,13 +78,18 @@ func (f *registryFlags) client(allowTags bool) (*oci.Client, error) {
 }
 
 func newModuleInspectCommand() *cobra.Command {
-	var rf registryFlags
+	var (
+		rf   registryFlags
+		keys []string
+	)
 	cmd := &cobra.Command{
 		Use:   "inspect FILE|oci://REF",
 		Short: "Print a module's ABI version, stages, metadata and digests",
 		Long: `inspect checks a module and prints what it declares. SOURCE is a file,
 builtin:NAME or oci://REGISTRY/REPOSITORY with @sha256:DIGEST or :TAG; for
-a tag it prints the digest to pin the module by.`,
+a tag it prints the digest to pin the module by. With --key, it reports the
+module's cosign signatures and how many verify with the keys (wasp module
+verify fails when none does).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := inspection{Source: args[0], Signatures: "not checked"}
@@ -98,6 +105,19 @@ a tag it prints the digest to pin the module by.`,
 				}
 				wasm = a.Wasm
 				out.Reference, out.Tag, out.ManifestDigest, out.Annotations = a.Reference, a.Tag, a.ManifestDigest.String(), a.Annotations
+				if len(keys) > 0 {
+					pub, err := readPublicKeys(keys)
+					if err != nil {
+						return err
+					}
+					s, err := c.Verify(cmd.Context(), a.Reference, pub)
+					switch {
+					case err != nil:
+						out.Signatures = "not verified: " + err.Error()
+					default:
+						out.Signatures = fmt.Sprintf("verified: %d of %d signatures verify with the keys given (%s)", s.Verified, s.Found, s.SignatureReference)
+					}
+				}
 			} else {
 				var err error
 				if wasm, err = chain.Read(args[0]); err != nil {
@@ -115,6 +135,7 @@ a tag it prints the digest to pin the module by.`,
 		},
 	}
 	rf.register(cmd, true)
+	cmd.Flags().StringArrayVar(&keys, "key", nil, "PEM public key to verify the module's signatures with (repeatable; oci:// sources)")
 	return cmd
 }
 
@@ -273,4 +294,99 @@ pinned by digest without asking their registry.`,
 	}
 	cmd.Flags().StringVar(&cacheDir, "cache-dir", defaultCacheDir(), "wasp's cache directory, as given to wasp run --cache-dir")
 	return cmd
+}
+
+func newModuleSignCommand() *cobra.Command {
+	var (
+		rf  registryFlags
+		key string
+	)
+	cmd := &cobra.Command{
+		Use:   "sign oci://REGISTRY/REPOSITORY@sha256:DIGEST --key KEY.pem",
+		Short: "Sign a module in a registry, as cosign does with a key",
+		Long: `sign signs the module's manifest digest with a private key and stores the
+signature beside it in cosign's layout (the manifest tagged sha256-HEX.sig
+in the same repository), where wasp module verify and cosign verify --key
+find it. KEY.pem is an unencrypted PEM key (PKCS #8 or SEC 1 ECDSA, RSA or
+Ed25519); cosign's password-encrypted keys are not read. A tag is resolved
+once and the digest it resolved to is signed and printed.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			data, err := os.ReadFile(key)
+			if err != nil {
+				return err
+			}
+			signer, err := oci.ParsePrivateKey(data)
+			if err != nil {
+				return fmt.Errorf("%s: %w", key, err)
+			}
+			c, err := rf.client(true)
+			if err != nil {
+				return err
+			}
+			s, err := c.Sign(cmd.Context(), args[0], signer)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "signed %s\nsignatures at %s (%d)\n", s.Reference, s.SignatureReference, s.Found)
+			return nil
+		},
+	}
+	rf.register(cmd, false)
+	cmd.Flags().StringVar(&key, "key", "", "PEM private key (required)")
+	_ = cmd.MarkFlagRequired("key")
+	return cmd
+}
+
+func newModuleVerifyCommand() *cobra.Command {
+	var (
+		rf   registryFlags
+		keys []string
+	)
+	cmd := &cobra.Command{
+		Use:   "verify oci://REGISTRY/REPOSITORY@sha256:DIGEST --key PUB.pem",
+		Short: "Verify a module's cosign signatures with public keys",
+		Long: `verify succeeds when at least one of the module's signatures, in cosign's
+layout, verifies with one of the keys and names the module's manifest
+digest; it fails when there is no signature, or none that verifies. A tag is
+resolved once and the digest it resolved to is verified and printed.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pub, err := readPublicKeys(keys)
+			if err != nil {
+				return err
+			}
+			c, err := rf.client(true)
+			if err != nil {
+				return err
+			}
+			s, err := c.Verify(cmd.Context(), args[0], pub)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "verified %s\n%d of %d signatures at %s verify\n", s.Reference, s.Verified, s.Found, s.SignatureReference)
+			return nil
+		},
+	}
+	rf.register(cmd, false)
+	cmd.Flags().StringArrayVar(&keys, "key", nil, "PEM public key (required, repeatable: any one verifying is enough)")
+	_ = cmd.MarkFlagRequired("key")
+	return cmd
+}
+
+// readPublicKeys reads the PEM public keys of files.
+func readPublicKeys(files []string) ([]crypto.PublicKey, error) {
+	var keys []crypto.PublicKey
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		k, err := oci.ParsePublicKeys(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		keys = append(keys, k...)
+	}
+	return keys, nil
 }

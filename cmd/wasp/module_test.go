@@ -13,12 +13,10 @@ import (
 	"github.com/wasp-proxy/wasp/modules"
 )
 
-// TestModuleRegistry: push, inspect, pull, save and load against a
-// registry, the way an operator moves a module to the nodes.
-func TestModuleRegistry(t *testing.T) {
-	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no credentials of the machine's
-	reg := ocitest.New(t)
-	dir := t.TempDir()
+// selectionFile writes the builtin selection module to DIR/selection.wasm
+// and returns the file and the module.
+func selectionFile(t *testing.T, dir string) (string, []byte) {
+	t.Helper()
 	wasm, err := modules.Wasm("selection")
 	if err != nil {
 		t.Fatal(err)
@@ -27,6 +25,16 @@ func TestModuleRegistry(t *testing.T) {
 	if err := os.WriteFile(file, wasm, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return file, wasm
+}
+
+// TestModuleRegistry: push, inspect, pull, save and load against a
+// registry, the way an operator moves a module to the nodes.
+func TestModuleRegistry(t *testing.T) {
+	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no credentials of the machine's
+	reg := ocitest.New(t)
+	dir := t.TempDir()
+	file, wasm := selectionFile(t, dir)
 	tagged := "oci://" + reg.Host + "/wasp/selection:v1"
 
 	out, _, err := run(t, "", "module", "push", file, tagged)

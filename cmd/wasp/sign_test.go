@@ -1,0 +1,110 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/wasp-proxy/wasp/host/oci"
+	"github.com/wasp-proxy/wasp/internal/ocitest"
+)
+
+// writeKeyPair writes an ECDSA P-256 key pair as PEM files, the private key
+// in PKCS #8 (openssl genpkey's format), and returns their paths.
+func writeKeyPair(t *testing.T, dir, name string) (private, public string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := x509.MarshalPKIXPublicKey(k.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	private, public = filepath.Join(dir, name+".key"), filepath.Join(dir, name+".pub")
+	if err := os.WriteFile(private, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(public, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return private, public
+}
+
+// TestModuleSignVerify: wasp module sign, verify and inspect --key, the way
+// an operator signs a module and checks it before rolling it out.
+func TestModuleSignVerify(t *testing.T) {
+	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no credentials of the machine's
+	reg := ocitest.New(t)
+	dir := t.TempDir()
+	file, _ := selectionFile(t, dir)
+	out, _, err := run(t, "", "module", "push", file, "oci://"+reg.Host+"/wasp/selection:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := strings.TrimSpace(out)
+	key, pub := writeKeyPair(t, dir, "release")
+	_, otherPub := writeKeyPair(t, dir, "other")
+
+	_, _, err = run(t, "", "module", "verify", pinned, "--key", pub)
+	if err == nil || !strings.Contains(err.Error(), oci.ErrNoSignature.Error()) {
+		t.Fatalf("verify before signing: %v", err)
+	}
+
+	out, _, err = run(t, "", "module", "sign", "oci://"+reg.Host+"/wasp/selection:v1", "--key", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "signed "+pinned+"\n") || !strings.Contains(out, ".sig") {
+		t.Fatalf("sign printed %q", out)
+	}
+
+	out, _, err = run(t, "", "module", "verify", pinned, "--key", pub)
+	if err != nil || !strings.Contains(out, "verified "+pinned) {
+		t.Fatalf("verify printed %q, %v", out, err)
+	}
+	// Any one of several keys is enough.
+	if _, _, err := run(t, "", "module", "verify", pinned, "--key", otherPub, "--key", pub); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = run(t, "", "module", "verify", pinned, "--key", otherPub)
+	if err == nil || !strings.Contains(err.Error(), oci.ErrBadSignature.Error()) {
+		t.Fatalf("verify with another key: %v", err)
+	}
+	_, _, err = run(t, "", "module", "verify", pinned, "--key", key)
+	if err == nil || !strings.Contains(err.Error(), "PUBLIC KEY") {
+		t.Fatalf("verify with a private key file: %v", err)
+	}
+
+	for _, tc := range []struct {
+		name, key, want string
+	}{
+		{"right key", pub, "verified: 1 of 1 signatures"},
+		{"another key", otherPub, "not verified: "},
+	} {
+		t.Run("inspect with "+tc.name, func(t *testing.T) {
+			out, _, err := run(t, "", "module", "inspect", pinned, "--key", tc.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got struct{ Signatures string }
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(got.Signatures, tc.want) {
+				t.Fatalf("signatures: %q, want %q...", got.Signatures, tc.want)
+			}
+		})
+	}
+}
