@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,7 +23,9 @@ import (
 // archive of an OCI image layout: the format `wasp module load` reads on a
 // node without registry access. Each manifest is named (its
 // org.opencontainers.image.ref.name) by its reference pinned by digest,
-// without the oci:// scheme.
+// without the oci:// scheme. A module's signature manifest, if its registry
+// has one, is saved with its blobs too, named
+// REGISTRY/REPOSITORY:sha256-HEX.sig.
 func (c *Client) Save(ctx context.Context, refs []string, w io.Writer) ([]*Artifact, error) {
 	dir, err := os.MkdirTemp("", "wasp-save-")
 	if err != nil {
@@ -49,6 +52,9 @@ func (c *Client) Save(ctx context.Context, refs []string, w io.Writer) ([]*Artif
 		if err := store.Tag(ctx, mdesc, strings.TrimPrefix(a.Reference, Scheme)); err != nil {
 			return nil, fmt.Errorf("save %q: %w", ref, err)
 		}
+		if err := c.saveSignatures(ctx, store, a); err != nil {
+			return nil, fmt.Errorf("save %q: signatures: %w", ref, err)
+		}
 		out = append(out, a)
 	}
 	if err := writeTar(w, dir); err != nil {
@@ -59,7 +65,9 @@ func (c *Client) Save(ctx context.Context, refs []string, w io.Writer) ([]*Artif
 
 // Load puts the modules of an archive written by Save into the cache, each
 // verified, so that their references pinned by digest resolve on a node
-// that cannot reach their registry.
+// that cannot reach their registry. Signature manifests go into the cache
+// as the signatures of their modules, checked against their digests only: a
+// pull with public keys verifies them.
 func (c *Client) Load(ctx context.Context, archive string) ([]*Artifact, error) {
 	if c.cache == nil {
 		return nil, errors.New("load: no cache directory to load into")
@@ -82,6 +90,12 @@ func (c *Client) Load(ctx context.Context, archive string) ([]*Artifact, error) 
 	for _, name := range names {
 		ref := Scheme + name
 		r, err := ParseReference(ref)
+		if err == nil && r.Digest == "" && strings.HasSuffix(r.Tag, ".sig") {
+			if err := c.loadSignatures(ctx, store, name, r.Tag); err != nil {
+				return nil, fmt.Errorf("load %s: %q: %w", archive, name, err)
+			}
+			continue
+		}
 		if err != nil || r.Digest == "" {
 			return nil, fmt.Errorf("load %s: manifest name %q is no reference pinned by digest", archive, name)
 		}
@@ -104,6 +118,108 @@ func (c *Client) Load(ctx context.Context, archive string) ([]*Artifact, error) 
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// saveSignatures adds the module's signature manifest, if its registry has
+// one, and the blobs it names to store, named
+// REGISTRY/REPOSITORY:sha256-HEX.sig. They are copied as they are: whoever
+// pulls with public keys verifies them.
+func (c *Client) saveSignatures(ctx context.Context, store *oci.Store, a *Artifact) error {
+	r, err := ParseReference(a.Reference)
+	if err != nil {
+		return err
+	}
+	repo, err := c.repository(r)
+	if err != nil {
+		return err
+	}
+	tag := SignatureTag(a.ManifestDigest)
+	_, data, err := fetchSignatureManifest(ctx, repo, tag)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return fmt.Errorf("%s: %w: %w", tag, ErrMalformedSignature, err)
+	}
+	if len(m.Layers) > maxSignatureLayers {
+		return fmt.Errorf("%s: %w: %d layers", tag, ErrTooLarge, len(m.Layers))
+	}
+	for i, desc := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {
+		limit := int64(maxPayloadSize)
+		if i == 0 {
+			limit = maxConfigSize
+		}
+		data, _, err := c.fetch(ctx, func(ctx context.Context, desc ocispec.Descriptor) (io.ReadCloser, error) {
+			rc, err := repo.Blobs().Fetch(ctx, desc)
+			return rc, registryError("fetch", err)
+		}, desc, limit)
+		if err != nil {
+			return fmt.Errorf("%s: blob %s: %w", tag, desc.Digest, err)
+		}
+		if err := store.Push(ctx, desc, bytes.NewReader(data)); err != nil && !errors.Is(err, errdef.ErrAlreadyExists) {
+			return err
+		}
+	}
+	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromBytes(data), Size: int64(len(data))}
+	if err := store.Push(ctx, desc, bytes.NewReader(data)); err != nil && !errors.Is(err, errdef.ErrAlreadyExists) {
+		return err
+	}
+	return store.Tag(ctx, desc, r.Registry+"/"+r.Repository+":"+tag)
+}
+
+// loadSignatures puts the signature manifest named name (tagged tag,
+// sha256-HEX.sig) and its blobs in the cache, as the signatures of manifest
+// sha256:HEX, each checked against its digest. They are verified when a
+// pull with public keys reads them.
+func (c *Client) loadSignatures(ctx context.Context, store *oci.ReadOnlyStore, name, tag string) error {
+	alg, hex, ok := strings.Cut(strings.TrimSuffix(tag, ".sig"), "-")
+	module := digest.NewDigestFromEncoded(digest.Algorithm(alg), hex)
+	if !ok || module.Validate() != nil {
+		return fmt.Errorf("signature tag %q: want sha256-HEX.sig", tag)
+	}
+	desc, err := store.Resolve(ctx, name)
+	if err != nil {
+		return err
+	}
+	fetch := func(desc ocispec.Descriptor, limit int64) ([]byte, error) {
+		if desc.Size > limit {
+			return nil, fmt.Errorf("blob %s: %w", desc.Digest, ErrTooLarge)
+		}
+		rc, err := store.Fetch(ctx, desc)
+		if err != nil {
+			return nil, err
+		}
+		defer rc.Close()
+		data, err := readLimited(rc, limit)
+		if err == nil {
+			err = verify(desc, data)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("blob %s: %w", desc.Digest, err)
+		}
+		return data, c.cache.put(desc.Digest, data)
+	}
+	data, err := fetch(desc, maxManifestSize)
+	if err != nil {
+		return err
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformedSignature, err)
+	}
+	for _, l := range m.Layers {
+		if l.MediaType != SignatureMediaType {
+			continue
+		}
+		if _, err := fetch(l, maxPayloadSize); err != nil {
+			return err
+		}
+	}
+	return writeFile(c.cache.signaturePath(module), []byte(desc.Digest.String()))
 }
 
 // writeTar writes the files under dir to w, in lexical order, with

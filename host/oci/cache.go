@@ -85,11 +85,12 @@ func writeFile(p string, data []byte) error {
 	return nil
 }
 
-// Signatures verified on a pull are kept so that a digest-pinned module
-// still verifies while its registry is down: the signature manifest and its
-// payloads as blobs, and under signatures/ALGORITHM/HEX (the module's
-// manifest digest) the digest of that signature manifest. The signatures are
-// verified again on every read, with the keys of the pull that reads them.
+// Signatures verified on a pull, or loaded from an archive, are kept so
+// that a digest-pinned module still verifies while its registry is down: the
+// signature manifest and its payloads as blobs, and under
+// signatures/ALGORITHM/HEX (the module's manifest digest) the digest of that
+// signature manifest. The signatures are verified again on every read, with
+// the keys of the pull that reads them.
 
 func (c *cache) signaturePath(d digest.Digest) string {
 	return filepath.Join(c.dir, "signatures", d.Algorithm().String(), d.Encoded())

@@ -1,6 +1,7 @@
 package oci_test
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -24,7 +25,9 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/wasp-proxy/wasp/host/oci"
+	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/internal/ocitest"
+	"github.com/wasp-proxy/wasp/modules"
 )
 
 func ecdsaKey(t *testing.T) *ecdsa.PrivateKey {
@@ -339,4 +342,61 @@ func TestParseKeys(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "encrypted") {
 		t.Fatalf("cosign's encrypted key: %v", err)
 	}
+}
+
+// TestSaveLoadSignatures: an archive carries the modules' signatures, so an
+// air-gapped node verifies what it loaded.
+func TestSaveLoadSignatures(t *testing.T) {
+	reg := ocitest.New(t)
+	signed, unsigned := push(t, reg), pushOther(t, reg)
+	key := ecdsaKey(t)
+	ctx := context.Background()
+	if _, err := newClient(t, oci.Options{}).Sign(ctx, signed.Reference, key); err != nil {
+		t.Fatal(err)
+	}
+	var archive bytes.Buffer
+	if _, err := newClient(t, oci.Options{}).Save(ctx, []string{signed.Reference, unsigned.Reference}, &archive); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "modules.tar")
+	if err := os.WriteFile(path, archive.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reg.Close()
+
+	dir := t.TempDir()
+	loaded, err := newClient(t, oci.Options{CacheDir: dir}).Load(ctx, path)
+	if err != nil || len(loaded) != 2 {
+		t.Fatalf("load: %v, %v", loaded, err)
+	}
+	keys := []crypto.PublicKey{key.Public()}
+	a, err := newClient(t, oci.Options{CacheDir: dir, PublicKeys: keys}).Pull(ctx, signed.Reference)
+	if err != nil || !a.Cached || a.Signatures == nil || !a.Signatures.Cached || a.Signatures.Verified != 1 {
+		t.Fatalf("pull of the signed module: %+v, %v", a, err)
+	}
+	if _, err := newClient(t, oci.Options{CacheDir: dir, PublicKeys: keys}).Pull(ctx, unsigned.Reference); err == nil {
+		t.Fatal("the unsigned module was pulled with public keys")
+	}
+	_, err = newClient(t, oci.Options{CacheDir: dir, PublicKeys: []crypto.PublicKey{ecdsaKey(t).Public()}}).Pull(ctx, signed.Reference)
+	if !errors.Is(err, oci.ErrBadSignature) {
+		t.Fatalf("pull with another key: %v", err)
+	}
+}
+
+// pushOther pushes the topology module to oci://HOST/wasp/topology:v1.
+func pushOther(t *testing.T, reg *ocitest.Registry) *oci.Artifact {
+	t.Helper()
+	wasm, err := modules.Wasm("topology")
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := runtime.Inspect(wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := newClient(t, oci.Options{}).Push(context.Background(), "oci://"+reg.Host+"/wasp/topology:v1", wasm, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
