@@ -27,6 +27,63 @@ import (
 // that does not load (KeepLastGood: 9:1 stays), then with failurePolicy
 // Builtin (the builtin module serves: 1:1), then deleted.
 func testServiceProxyModule(t *testing.T, s *suite) {
+	objs := installServiceProxyModules(t, s)
+
+	heavy := filepath.Join(s.env.Dir, "heavy-catalog.wasm")
+	if out, err := exec.CommandContext(s.ctx, s.env.WaspBin, "module", "build", "testdata/heavy", "-o", heavy).CombinedOutput(); err != nil {
+		t.Fatalf("build the test module: %v\n%s", err, out)
+	}
+	broken := filepath.Join(s.env.Dir, "broken.wasm")
+	if err := os.WriteFile(broken, []byte("\x00asm\x01\x00\x00\x00 not a module"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	w := s.env.StartWasp(t)
+	defer w.Stop()
+	pid := w.Pid()
+	ns := s.namespace(t)
+	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "catalog", Namespace: ns,
+		Annotations: map[string]string{"e2e.wasp.dev/heavy-node": fw.ProxyNode}})
+	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "b-1")...)
+	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
+	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
+	spread := spreadOf(t, s, ip)
+	if err := spread(0.5); err != nil {
+		t.Fatalf("the builtin module: %v", err)
+	}
+
+	if _, err := objs.Create(s.ctx, serviceProxyModule("heavy", "file://"+heavy), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer objs.Delete(s.ctx, "heavy", metav1.DeleteOptions{})
+	fw.Eventually(t, converge, func() error { return spread(0.9) })
+
+	// A source that does not load: the running module stays.
+	setSpec(t, s, objs, "heavy", "source", "file://"+broken)
+	fw.Eventually(t, converge, func() error {
+		if !strings.Contains(w.Log(), "Loading the ServiceProxyModules' chain failed") {
+			return fmt.Errorf("no failed load in wasp's log yet")
+		}
+		return nil
+	})
+	if err := spread(0.9); err != nil {
+		t.Fatalf("KeepLastGood after a module that does not load: %v", err)
+	}
+
+	// failurePolicy Builtin: the builtin module takes the stage back.
+	setSpec(t, s, objs, "heavy", "failurePolicy", "Builtin")
+	fw.Eventually(t, converge, func() error { return spread(0.5) })
+
+	if done, err := w.Exited(); done || w.Pid() != pid {
+		t.Fatalf("wasp restarted or exited (%v): module changes must not restart it", err)
+	}
+}
+
+// installServiceProxyModules installs the ServiceProxyModule CRD of
+// deploy/ and the RBAC wasp needs to read the objects, and returns the
+// client of the objects.
+func installServiceProxyModules(t *testing.T, s *suite) dynamic.ResourceInterface {
+	t.Helper()
 	var crd unstructured.Unstructured
 	if err := yaml.Unmarshal(mustRead(t, "../../deploy/base/crd.yaml"), &crd.Object); err != nil {
 		t.Fatal(err)
@@ -55,77 +112,35 @@ func testServiceProxyModule(t *testing.T, s *suite) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-
-	heavy := filepath.Join(s.env.Dir, "heavy-catalog.wasm")
-	if out, err := exec.CommandContext(s.ctx, s.env.WaspBin, "module", "build", "testdata/heavy", "-o", heavy).CombinedOutput(); err != nil {
-		t.Fatalf("build the test module: %v\n%s", err, out)
-	}
-	broken := filepath.Join(s.env.Dir, "broken.wasm")
-	if err := os.WriteFile(broken, []byte("\x00asm\x01\x00\x00\x00 not a module"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	w := s.env.StartWasp(t)
-	defer w.Stop()
-	pid := w.Pid()
-	ns := s.namespace(t)
-	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "catalog", Namespace: ns,
-		Annotations: map[string]string{"e2e.wasp.dev/heavy-node": fw.ProxyNode}})
-	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "b-1")...)
-	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
-	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
-	spread := spreadOf(t, s, ip)
-	if err := spread(0.5); err != nil {
-		t.Fatalf("the builtin module: %v", err)
-	}
-
 	dyn, err := dynamic.NewForConfig(s.env.CP.RESTConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs := dyn.Resource(catalog.GVR)
-	obj := &unstructured.Unstructured{Object: map[string]any{
+	return dyn.Resource(catalog.GVR)
+}
+
+// serviceProxyModule is a ServiceProxyModule object that gives the
+// endpoint-selection stage of the proxy node to source.
+func serviceProxyModule(name, source string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": catalog.Group + "/" + catalog.Version, "kind": catalog.Kind,
-		"metadata": map[string]any{"name": "heavy"},
-		"spec": map[string]any{"stage": "endpoint-selection", "source": "file://" + heavy,
+		"metadata": map[string]any{"name": name},
+		"spec": map[string]any{"stage": "endpoint-selection", "source": source,
 			"nodeSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/hostname": fw.ProxyNode}}},
 	}}
-	if obj, err = objs.Create(s.ctx, obj, metav1.CreateOptions{}); err != nil {
+}
+
+// setSpec sets spec.KEY of the object name to value.
+func setSpec(t *testing.T, s *suite, objs dynamic.ResourceInterface, name, key string, value any) {
+	t.Helper()
+	cur, err := objs.Get(s.ctx, name, metav1.GetOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	defer objs.Delete(s.ctx, "heavy", metav1.DeleteOptions{})
-	fw.Eventually(t, converge, func() error { return spread(0.9) })
-
-	// A source that does not load: the running module stays.
-	setSpec := func(key string, value any) {
-		t.Helper()
-		cur, err := objs.Get(s.ctx, "heavy", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := unstructured.SetNestedField(cur.Object, value, "spec", key); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := objs.Update(s.ctx, cur, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+	if err := unstructured.SetNestedField(cur.Object, value, "spec", key); err != nil {
+		t.Fatal(err)
 	}
-	setSpec("source", "file://"+broken)
-	fw.Eventually(t, converge, func() error {
-		if !strings.Contains(w.Log(), "Loading the ServiceProxyModules' chain failed") {
-			return fmt.Errorf("no failed load in wasp's log yet")
-		}
-		return nil
-	})
-	if err := spread(0.9); err != nil {
-		t.Fatalf("KeepLastGood after a module that does not load: %v", err)
-	}
-
-	// failurePolicy Builtin: the builtin module takes the stage back.
-	setSpec("failurePolicy", "Builtin")
-	fw.Eventually(t, converge, func() error { return spread(0.5) })
-
-	if done, err := w.Exited(); done || w.Pid() != pid {
-		t.Fatalf("wasp restarted or exited (%v): module changes must not restart it", err)
+	if _, err := objs.Update(s.ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
