@@ -20,6 +20,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/chain"
 	"github.com/wasp-proxy/wasp/host/config"
 	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
+	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/runtime"
 )
 
@@ -318,8 +319,12 @@ func newRunConfig(c *v1alpha1.WaspConfiguration, f *runFlags, hostname func() (s
 
 	rc.families, _ = parseIPFamilies(f.ipFamilies) // checked by checkRunFlags
 
-	for _, m := range c.Modules {
-		rc.specs = append(rc.specs, moduleSpec(m))
+	for i, m := range c.Modules {
+		spec, err := moduleSpec(m)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("modules[%d]: %w", i, err))
+		}
+		rc.specs = append(rc.specs, spec)
 	}
 
 	if err := errors.Join(errs...); err != nil {
@@ -328,14 +333,34 @@ func newRunConfig(c *v1alpha1.WaspConfiguration, f *runFlags, hostname func() (s
 	return rc, nil
 }
 
-// moduleSpec is the chain.Spec of a validated, defaulted module.
-func moduleSpec(m v1alpha1.ModuleConfiguration) chain.Spec {
+// moduleSpec is the chain.Spec of a validated, defaulted module; it
+// reads the module's public keys (inline PEM, or the path of a PEM file).
+func moduleSpec(m v1alpha1.ModuleConfiguration) (chain.Spec, error) {
 	stage, _ := abi.ParseStage(m.Stage)
-	return chain.Spec{Stage: stage, Source: m.Source, Limits: runtime.Limits{
+	spec := chain.Spec{Stage: stage, Source: m.Source, Limits: runtime.Limits{
 		MemoryBytes: uint64(m.Limits.Memory.Value()),
 		Timeout:     m.Limits.Timeout.Duration,
 		Instances:   int(m.Limits.Instances),
 	}}
+	if m.Signatures == nil {
+		return spec, nil
+	}
+	for i, k := range m.Signatures.PublicKeys {
+		pem := []byte(k)
+		if !strings.Contains(k, "-----BEGIN") {
+			b, err := os.ReadFile(strings.TrimSpace(k))
+			if err != nil {
+				return spec, fmt.Errorf("signatures.publicKeys[%d]: %w", i, err)
+			}
+			pem = b
+		}
+		keys, err := oci.ParsePublicKeys(pem)
+		if err != nil {
+			return spec, fmt.Errorf("signatures.publicKeys[%d]: %w", i, err)
+		}
+		spec.PublicKeys = append(spec.PublicKeys, keys...)
+	}
+	return spec, nil
 }
 
 // notApplied lists what a valid configuration asks for that wasp run does

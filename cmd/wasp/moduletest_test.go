@@ -2,12 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/wasp-proxy/wasp/host/config"
+	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
 	"github.com/wasp-proxy/wasp/host/moduletest"
 	"github.com/wasp-proxy/wasp/internal/modbuild"
 )
@@ -36,5 +43,35 @@ func TestModuleTestCommand(t *testing.T) {
 	out, err = execute(t, newFakeEnv().env(), nil, "module", "test", "--cache-dir", "", "nope.yaml")
 	if err == nil || errors.Is(err, moduletest.ErrFailed) {
 		t.Fatalf("a missing scenario: %v, want a load error\n%s", err, out)
+	}
+}
+
+// TestModuleSpecKeys: a module's public keys are read inline or from a
+// file; a missing file is an error naming the key.
+func TestModuleSpecKeys(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(key.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+	file := filepath.Join(t.TempDir(), "key.pem")
+	if err := os.WriteFile(file, []byte(block), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := v1alpha1.ModuleConfiguration{Stage: "endpoint-selection", Source: "oci://r.example/m@sha256:" + strings.Repeat("a", 64),
+		Signatures: &v1alpha1.ModuleSignatures{PublicKeys: []string{block, file}}}
+	c := &v1alpha1.WaspConfiguration{Modules: []v1alpha1.ModuleConfiguration{m}}
+	config.Default(c)
+	spec, err := moduleSpec(c.Modules[0])
+	if err != nil || len(spec.PublicKeys) != 2 {
+		t.Fatalf("moduleSpec: %d keys, %v; want 2", len(spec.PublicKeys), err)
+	}
+	c.Modules[0].Signatures.PublicKeys = []string{filepath.Join(t.TempDir(), "gone.pem")}
+	if _, err := moduleSpec(c.Modules[0]); err == nil || !strings.Contains(err.Error(), "signatures.publicKeys[0]") {
+		t.Fatalf("a missing key file: %v, want an error naming signatures.publicKeys[0]", err)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"os"
 	"strings"
@@ -100,7 +101,7 @@ func (r *moduleReloader) setCatalog(c map[abi.Stage]catalog.Choice) {
 // wanted returns the specs the chain should have: the configuration's,
 // with each stage the catalog chooses taken from it, but for the stages
 // left out (their objects' failure policy is Builtin and they failed).
-func (r *moduleReloader) wanted(leaveOut map[abi.Stage]bool) []chain.Spec {
+func (r *moduleReloader) wanted(leaveOut map[abi.Stage]bool) ([]chain.Spec, error) {
 	r.catalogMu.Lock()
 	defer r.catalogMu.Unlock()
 	var out []chain.Spec
@@ -111,10 +112,23 @@ func (r *moduleReloader) wanted(leaveOut map[abi.Stage]bool) []chain.Spec {
 	}
 	for stage, c := range r.catalog {
 		if !leaveOut[stage] {
-			out = append(out, moduleSpec(c.Module))
+			spec, err := moduleSpec(c.Module)
+			if err != nil {
+				return nil, fmt.Errorf("ServiceProxyModule %q: %w", c.Object, err)
+			}
+			out = append(out, spec)
 		}
 	}
-	return out
+	return out, nil
+}
+
+// applyWanted applies the specs of wanted(leaveOut).
+func (r *moduleReloader) applyWanted(ctx context.Context, leaveOut map[abi.Stage]bool, why string) (map[abi.Stage]string, bool, error) {
+	specs, err := r.wanted(leaveOut)
+	if err != nil {
+		return nil, false, err
+	}
+	return r.apply(ctx, specs, why)
 }
 
 // builtinPolicy returns the catalog's stages whose failure policy is
@@ -138,7 +152,7 @@ func (r *moduleReloader) builtinPolicy() map[abi.Stage]bool {
 // again after a backoff.
 func (r *moduleReloader) applyCatalog(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	running, swapped, err := r.apply(ctx, r.wanted(nil), "ServiceProxyModules changed")
+	running, swapped, err := r.applyWanted(ctx, nil, "ServiceProxyModules changed")
 	r.count(metrics.ReloadCatalog, swapped, err)
 	if err == nil {
 		r.retry = 0
@@ -149,7 +163,7 @@ func (r *moduleReloader) applyCatalog(ctx context.Context) {
 	logger.Error(err, "Loading the ServiceProxyModules' chain failed; will retry", "retryIn", r.retry)
 	b := r.builtinPolicy()
 	if len(b) > 0 {
-		_, swapped, ferr := r.apply(ctx, r.wanted(b), "failure policy Builtin")
+		_, swapped, ferr := r.applyWanted(ctx, b, "failure policy Builtin")
 		r.count(metrics.ReloadCatalog, swapped, ferr)
 		if ferr != nil {
 			logger.Error(ferr, "Loading the chain without the failed Builtin-policy modules failed too; the running modules stay")
@@ -273,7 +287,7 @@ func (r *moduleReloader) check(ctx context.Context) {
 	if !changed {
 		return
 	}
-	_, swapped, err := r.apply(ctx, r.wanted(nil), "module files changed")
+	_, swapped, err := r.applyWanted(ctx, nil, "module files changed")
 	r.count(metrics.ReloadFiles, swapped, err)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Module reload failed; the running modules stay")

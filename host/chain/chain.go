@@ -9,6 +9,7 @@ package chain
 
 import (
 	"context"
+	"crypto"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,6 +29,9 @@ type Spec struct {
 	Stage  abi.Stage
 	Source string
 	Limits runtime.Limits
+	// PublicKeys, when not empty, make an oci:// source load only with a
+	// valid signature by one of them (host/oci); optional.
+	PublicKeys []crypto.PublicKey
 }
 
 // ParseSpec parses "STAGE=SOURCE", as given to --module.
@@ -106,29 +110,44 @@ type Chain struct {
 func Load(ctx context.Context, rt *runtime.Runtime, specs []Spec) (*Chain, error) {
 	src := Sources{OCI: oci.Options{CacheDir: OCICacheDir(rt.CacheDir()), DockerConfig: true}}
 	c := &Chain{}
-	var limits [len(abi.Stages) + 1]runtime.Limits
+	var (
+		limits [len(abi.Stages) + 1]runtime.Limits
+		keys   [len(abi.Stages) + 1][]crypto.PublicKey
+	)
 	for _, b := range modules.Builtins {
 		c.Sources[b.Stage] = "builtin:" + b.Name
 	}
 	for _, s := range specs {
-		c.Sources[s.Stage], limits[s.Stage] = s.Source, s.Limits
+		c.Sources[s.Stage], limits[s.Stage], keys[s.Stage] = s.Source, s.Limits, s.PublicKeys
 	}
 	for _, stage := range abi.Stages {
-		wasm, err := src.Read(ctx, c.Sources[stage])
+		stageSrc := src
+		stageSrc.OCI.PublicKeys = keys[stage]
+		m, err := load(ctx, rt, stageSrc, c.Sources[stage], limits[stage], stage)
 		if err != nil {
+			c.Close()
 			return nil, fmt.Errorf("stage %s: %w", stage, err)
-		}
-		m, err := rt.Load(ctx, c.Sources[stage], wasm, limits[stage])
-		if err != nil {
-			return nil, fmt.Errorf("stage %s: %w", stage, err)
-		}
-		if !m.Metadata.Implements(stage) {
-			m.Close()
-			return nil, fmt.Errorf("stage %s: module %q (%s) implements %v, not %s", stage, c.Sources[stage], m.Metadata.Name, m.Metadata.Stages, stage)
 		}
 		c.Modules[stage] = m
 	}
 	return c, nil
+}
+
+// load reads, compiles and checks the module of one stage.
+func load(ctx context.Context, rt *runtime.Runtime, src Sources, source string, limits runtime.Limits, stage abi.Stage) (*runtime.Module, error) {
+	wasm, err := src.Read(ctx, source)
+	if err != nil {
+		return nil, err
+	}
+	m, err := rt.Load(ctx, source, wasm, limits)
+	if err != nil {
+		return nil, err
+	}
+	if !m.Metadata.Implements(stage) {
+		m.Close()
+		return nil, fmt.Errorf("module %q (%s) implements %v, not %s", source, m.Metadata.Name, m.Metadata.Stages, stage)
+	}
+	return m, nil
 }
 
 // PipelineModules returns the chain in the form pipeline.Options takes.

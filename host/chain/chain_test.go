@@ -2,6 +2,10 @@ package chain_test
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"errors"
 	"os"
 	"path/filepath"
@@ -152,5 +156,58 @@ func TestLoadOCI(t *testing.T) {
 	_, err = load(t, "oci://"+reg.Host+"/wasp/selection:v1")
 	if !errors.Is(err, oci.ErrNotPinned) {
 		t.Fatalf("a tag: got %v, want ErrNotPinned", err)
+	}
+}
+
+// TestLoadOCISigned: a spec with public keys loads its oci:// module only
+// once it is signed by one of them, and fails closed before.
+func TestLoadOCISigned(t *testing.T) {
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	reg := ocitest.New(t)
+	wasm, err := modules.Wasm("selection")
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := runtime.Inspect(wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := oci.New(oci.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.Push(context.Background(), "oci://"+reg.Host+"/wasp/selection:v1", wasm, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := runtime.New(runtime.Config{CacheDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	spec := []chain.Spec{{Stage: abi.StageEndpointSelection, Source: a.Reference, PublicKeys: []crypto.PublicKey{key.Public()}}}
+
+	if _, err := chain.Load(context.Background(), rt, spec); !errors.Is(err, oci.ErrNoSignature) {
+		t.Fatalf("unsigned: %v, want ErrNoSignature", err)
+	}
+	if _, err := c.Sign(context.Background(), a.Reference, key); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := chain.Load(context.Background(), rt, spec)
+	if err != nil {
+		t.Fatalf("signed: %v", err)
+	}
+	ch.Close()
+	other, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec[0].PublicKeys = []crypto.PublicKey{other.Public()}
+	if _, err := chain.Load(context.Background(), rt, spec); !errors.Is(err, oci.ErrBadSignature) {
+		t.Fatalf("signed by another key: %v, want ErrBadSignature", err)
 	}
 }

@@ -296,6 +296,20 @@ func validateModules(ms []v1alpha1.ModuleConfiguration, p *field.Path) field.Err
 		if fp := m.FailurePolicy; fp != "" && !slices.Contains(failurePolicies, fp) {
 			errs = append(errs, field.NotSupported(mp.Child("failurePolicy"), fp, failurePolicies))
 		}
+		if sig := m.Signatures; sig != nil {
+			sp := mp.Child("signatures", "publicKeys")
+			switch {
+			case !strings.HasPrefix(m.Source, "oci://"):
+				errs = append(errs, field.Invalid(mp.Child("signatures"), "", "only oci:// modules carry signatures"))
+			case len(sig.PublicKeys) == 0:
+				errs = append(errs, field.Required(sp, "at least one key, or no signatures section"))
+			}
+			for j, k := range sig.PublicKeys {
+				if strings.TrimSpace(k) == "" {
+					errs = append(errs, field.Required(sp.Index(j), "a PEM block or the path of a file holding one"))
+				}
+			}
+		}
 	}
 	return errs
 }

@@ -160,6 +160,14 @@ func TestValidateErrors(t *testing.T) {
 		}},
 		{"failure policy", func(c *v1alpha1.WaspConfiguration) { c.Modules[2].FailurePolicy = "Fail" },
 			[]string{`modules[2].failurePolicy: Unsupported value: "Fail": supported values: "KeepLastGood", "Builtin"`}},
+		{"signatures on a file module", func(c *v1alpha1.WaspConfiguration) {
+			c.Modules[0].Source = "file:///etc/wasp/m.wasm"
+			c.Modules[0].Signatures = &v1alpha1.ModuleSignatures{PublicKeys: []string{"/etc/wasp/key.pem"}}
+		}, []string{`modules[0].signatures: Invalid value: "": only oci:// modules carry signatures`}},
+		{"signatures without keys", func(c *v1alpha1.WaspConfiguration) {
+			c.Modules[0].Source = "oci://registry.example/m@sha256:" + strings.Repeat("a", 64)
+			c.Modules[0].Signatures = &v1alpha1.ModuleSignatures{PublicKeys: []string{" "}}
+		}, []string{`modules[0].signatures.publicKeys[0]: Required value`}},
 		{"every problem", func(c *v1alpha1.WaspConfiguration) {
 			c.Mode, c.NFTables.MasqueradeBit, c.Modules[0].Stage = "ipvs", ptr[int32](40), "routing"
 		}, []string{"mode: ", "nftables.masqueradeBit: ", "modules[0].stage: "}},

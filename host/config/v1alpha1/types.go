@@ -243,6 +243,17 @@ type ModuleConfiguration struct {
 	// FailurePolicy is what a service port gets when the module fails on
 	// it. Default KeepLastGood.
 	FailurePolicy FailurePolicy `json:"failurePolicy,omitempty"`
+	// Signatures, when set, make an oci:// module load only with a valid
+	// cosign-compatible signature by one of its keys (fail closed).
+	Signatures *ModuleSignatures `json:"signatures,omitempty"`
+}
+
+// ModuleSignatures are the keys an OCI module must be signed with.
+type ModuleSignatures struct {
+	// PublicKeys are PEM "PUBLIC KEY" blocks (ECDSA, RSA or Ed25519),
+	// each given inline or as the path of a file on the node. At least
+	// one.
+	PublicKeys []string `json:"publicKeys"`
 }
 
 // ModuleLimits bound what a module may use.
