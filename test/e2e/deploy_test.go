@@ -128,6 +128,8 @@ func testRole(t *testing.T, s *suite, cfg *rest.Config) {
 		{access{Verb: "list", Group: "wasp.dev", Resource: "serviceproxymodules"}, true},
 		{access{Verb: "watch", Group: "wasp.dev", Resource: "serviceproxymodules"}, true},
 		{access{Verb: "update", Group: "wasp.dev", Resource: "serviceproxymodules"}, false},
+		{access{Verb: "patch", Group: "wasp.dev", Resource: "serviceproxymodules", Subresource: "status"}, true},
+		{access{Verb: "patch", Group: "wasp.dev", Resource: "serviceproxymodules"}, false},
 		{access{Verb: "create", Group: "networking.k8s.io", Resource: "servicecidrs"}, false},
 		// Events about its Node, which are in default.
 		{access{Verb: "create", Resource: "events", Namespace: "default"}, true},
