@@ -46,7 +46,14 @@ var GVR = schema.GroupVersionResource{Group: Group, Version: Version, Resource: 
 type ServiceProxyModule struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
-	Spec              ServiceProxyModuleSpec `json:"spec"`
+	Spec              ServiceProxyModuleSpec   `json:"spec"`
+	Status            ServiceProxyModuleStatus `json:"status,omitempty"`
+}
+
+// ServiceProxyModuleStatus holds each node's state of the module, written
+// by that node's wasp (StatusWriter).
+type ServiceProxyModuleStatus struct {
+	Nodes []NodeStatus `json:"nodes,omitempty"`
 }
 
 // ServiceProxyModuleSpec is a module of WaspConfiguration's modules

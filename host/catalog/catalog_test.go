@@ -79,7 +79,11 @@ func TestFromUnstructured(t *testing.T) {
 			"spec":     spec,
 		}}
 	}
-	good, err := FromUnstructured(mk(map[string]any{"stage": "endpoint-selection", "source": "file:///m.wasm", "priority": int64(3)}))
+	withStatus := mk(map[string]any{"stage": "endpoint-selection", "source": "file:///m.wasm", "priority": int64(3)})
+	// The status the nodes write must not make the object invalid.
+	withStatus.Object["status"] = map[string]any{"nodes": []any{map[string]any{
+		"node": "node-a", "phase": PhaseActive, "digest": "sha256:ab", "observedGeneration": int64(1), "lastUpdateTime": "2026-11-25T12:00:00Z"}}}
+	good, err := FromUnstructured(withStatus)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/wasp-proxy/wasp/host/catalog"
+	waspruntime "github.com/wasp-proxy/wasp/host/runtime"
 	fw "github.com/wasp-proxy/wasp/test/framework"
 )
 
@@ -57,6 +58,7 @@ func testServiceProxyModule(t *testing.T, s *suite) {
 	}
 	defer objs.Delete(s.ctx, "heavy", metav1.DeleteOptions{})
 	fw.Eventually(t, converge, func() error { return spread(0.9) })
+	wantStatus(t, s, objs, "heavy", catalog.PhaseActive, waspruntime.Digest(mustRead(t, heavy)), "")
 
 	// A source that does not load: the running module stays.
 	setSpec(t, s, objs, "heavy", "source", "file://"+broken)
@@ -69,14 +71,44 @@ func testServiceProxyModule(t *testing.T, s *suite) {
 	if err := spread(0.9); err != nil {
 		t.Fatalf("KeepLastGood after a module that does not load: %v", err)
 	}
+	wantStatus(t, s, objs, "heavy", catalog.PhaseFailed, "", "broken.wasm")
 
 	// failurePolicy Builtin: the builtin module takes the stage back.
 	setSpec(t, s, objs, "heavy", "failurePolicy", "Builtin")
 	fw.Eventually(t, converge, func() error { return spread(0.5) })
+	wantStatus(t, s, objs, "heavy", catalog.PhaseBuiltin, "", "broken.wasm")
 
 	if done, err := w.Exited(); done || w.Pid() != pid {
 		t.Fatalf("wasp restarted or exited (%v): module changes must not restart it", err)
 	}
+}
+
+// wantStatus waits until the proxy node's entry in the object's
+// status.nodes has phase, digest (if not "") and a message containing
+// message, for the object's current generation.
+func wantStatus(t *testing.T, s *suite, objs dynamic.ResourceInterface, name, phase, digest, message string) {
+	t.Helper()
+	fw.Eventually(t, converge, func() error {
+		cur, err := objs.Get(s.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		nodes, _, _ := unstructured.NestedSlice(cur.Object, "status", "nodes")
+		for _, n := range nodes {
+			e, _ := n.(map[string]any)
+			if e["node"] != fw.ProxyNode {
+				continue
+			}
+			gen, _ := e["observedGeneration"].(int64)
+			if e["phase"] != phase || (digest != "" && e["digest"] != digest) ||
+				!strings.Contains(fmt.Sprint(e["message"]), message) || gen != cur.GetGeneration() {
+				return fmt.Errorf("status entry of %s: %v; want phase %s, digest %q, a message with %q, generation %d",
+					fw.ProxyNode, e, phase, digest, message, cur.GetGeneration())
+			}
+			return nil
+		}
+		return fmt.Errorf("no status entry of %s in %v", fw.ProxyNode, nodes)
+	})
 }
 
 // installServiceProxyModules installs the ServiceProxyModule CRD of
@@ -101,7 +133,10 @@ func installServiceProxyModules(t *testing.T, s *suite) dynamic.ResourceInterfac
 	rbac := s.env.Client.RbacV1()
 	if _, err := rbac.ClusterRoles().Create(s.ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "e2e-serviceproxymodules"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{catalog.Group}, Resources: []string{catalog.Resource}, Verbs: []string{"list", "watch"}}},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{catalog.Group}, Resources: []string{catalog.Resource}, Verbs: []string{"list", "watch"}},
+			{APIGroups: []string{catalog.Group}, Resources: []string{catalog.Resource + "/status"}, Verbs: []string{"patch"}},
+		},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
