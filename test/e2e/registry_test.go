@@ -26,6 +26,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/wasp-proxy/wasp/host/catalog"
 	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/modules"
@@ -38,9 +39,9 @@ import (
 // ServiceProxyModule takes over without a restart; a module that does
 // not compile, a layer whose bytes do not match its digest and a digest
 // the registry does not have each leave it serving (KeepLastGood), with
-// the failure in wasp's log; and with the registry stopped, a new wasp
-// process loads it from its --cache-dir. It logs how long the swap and
-// the cold start took.
+// the failure in wasp's log and in the node's status entry; and with
+// the registry stopped, a new wasp process loads it from its
+// --cache-dir. It logs how long the swap and the cold start took.
 func TestRegistry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -129,6 +130,7 @@ func TestRegistry(t *testing.T) {
 	if err := spread(0.9); err != nil {
 		t.Fatalf("the module from the registry: %v", err)
 	}
+	wantStatus(t, s, objs, "heavy", catalog.PhaseActive, runtime.Digest(mustRead(t, heavy)), "")
 	for _, marker := range []string{"ServiceProxyModules chosen for this node", "Swapping the module chain"} {
 		line, at := logged(w.Log(), marker, created)
 		t.Logf("ServiceProxyModule created → %q logged: %s: %s", marker, ms(at), line)
@@ -136,24 +138,25 @@ func TestRegistry(t *testing.T) {
 	t.Logf("ServiceProxyModule created → 9:1 observed: %s (%s)", swapped, pinned)
 
 	for _, tc := range []struct {
-		name, source string
-		why          *regexp.Regexp // in wasp's log
+		name, source, reason string
 	}{
-		{"a module that does not compile", brokenRef, regexp.MustCompile(regexp.QuoteMeta(brokenRef) + `.*invalid module`)},
-		{"a layer that does not match its digest", mismatchRef, regexp.MustCompile(regexp.QuoteMeta(mismatchRef) + `.*digest mismatch`)},
-		{"a digest the registry does not have", missingRef, regexp.MustCompile(regexp.QuoteMeta(missingRef) + `.*not found`)},
+		{"a module that does not compile", brokenRef, "invalid module"},
+		{"a layer that does not match its digest", mismatchRef, "digest mismatch"},
+		{"a digest the registry does not have", missingRef, "not found"},
 	} {
+		why := regexp.MustCompile(regexp.QuoteMeta(tc.source) + ".*" + tc.reason) // in wasp's log
 		from := len(w.Log())
 		setSpec(t, s, objs, "heavy", "source", tc.source)
 		fw.Eventually(t, converge, func() error {
 			for _, line := range strings.Split(w.Log()[from:], "\n") {
-				if strings.Contains(line, "Loading the ServiceProxyModules' chain failed") && tc.why.MatchString(line) {
+				if strings.Contains(line, "Loading the ServiceProxyModules' chain failed") && why.MatchString(line) {
 					t.Logf("%s: %s", tc.name, line)
 					return nil
 				}
 			}
-			return fmt.Errorf("%s: no failed load matching %q in wasp's log yet", tc.name, tc.why)
+			return fmt.Errorf("%s: no failed load matching %q in wasp's log yet", tc.name, why)
 		})
+		wantStatus(t, s, objs, "heavy", catalog.PhaseFailed, "", tc.reason)
 		if err := spread(0.9); err != nil {
 			t.Fatalf("KeepLastGood after %s: %v", tc.name, err)
 		}
