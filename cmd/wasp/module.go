@@ -24,7 +24,7 @@ func newModuleCommand() *cobra.Command {
 	}
 	cmd.AddCommand(newModuleBuildCommand(), newModuleInspectCommand(), newModulePushCommand(),
 		newModulePullCommand(), newModuleSaveCommand(), newModuleLoadCommand(),
-		newModuleSignCommand(), newModuleVerifyCommand(), newModuleTestCommand())
+		newModuleSignCommand(), newModuleVerifyCommand(), newModuleTestCommand(), newModuleBenchCommand())
 	return cmd
 }
 

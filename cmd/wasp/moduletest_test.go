@@ -75,3 +75,21 @@ func TestModuleSpecKeys(t *testing.T) {
 		t.Fatalf("a missing key file: %v, want an error naming signatures.publicKeys[0]", err)
 	}
 }
+
+// TestModuleBenchCommand times a module against the builtin chain over a
+// small batch and reports both and their ratio; bad sizes are refused.
+func TestModuleBenchCommand(t *testing.T) {
+	out, err := execute(t, newFakeEnv().env(), nil, "module", "bench", "--cache-dir", "",
+		"--module", "endpoint-selection=builtin:selection", "--ports", "50", "--runs", "2")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"50 service ports x 10 endpoints, median of 2 full recomputes", "modules ", "builtin ", "ratio modules/builtin: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := execute(t, newFakeEnv().env(), nil, "module", "bench", "--ports", "0"); err == nil {
+		t.Error("--ports 0: no error")
+	}
+}
