@@ -102,11 +102,10 @@ func TestLoadWrongStage(t *testing.T) {
 	}
 }
 
-// TestLoadOCI: an oci:// source pinned by digest is pulled into the cache
-// beside the runtime's, and loads from there once its registry is down.
-func TestLoadOCI(t *testing.T) {
-	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no credentials of the machine's
-	reg := ocitest.New(t)
+// pushSelection pushes the builtin selection module to reg as
+// wasp/selection:v1, with a client of no options.
+func pushSelection(t *testing.T, reg *ocitest.Registry) (*oci.Client, *oci.Artifact, []byte) {
+	t.Helper()
 	wasm, err := modules.Wasm("selection")
 	if err != nil {
 		t.Fatal(err)
@@ -123,6 +122,15 @@ func TestLoadOCI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, a, wasm
+}
+
+// TestLoadOCI: an oci:// source pinned by digest is pulled into the cache
+// beside the runtime's, and loads from there once its registry is down.
+func TestLoadOCI(t *testing.T) {
+	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no credentials of the machine's
+	reg := ocitest.New(t)
+	_, a, wasm := pushSelection(t, reg)
 	cacheDir := t.TempDir()
 	load := func(t *testing.T, source string) (*chain.Chain, error) {
 		t.Helper()
@@ -164,22 +172,7 @@ func TestLoadOCI(t *testing.T) {
 func TestLoadOCISigned(t *testing.T) {
 	t.Setenv("DOCKER_CONFIG", t.TempDir())
 	reg := ocitest.New(t)
-	wasm, err := modules.Wasm("selection")
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta, err := runtime.Inspect(wasm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := oci.New(oci.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := c.Push(context.Background(), "oci://"+reg.Host+"/wasp/selection:v1", wasm, meta)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, a, _ := pushSelection(t, reg)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
