@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -42,16 +41,7 @@ func testServiceProxyModule(t *testing.T, s *suite) {
 	w := s.env.StartWasp(t)
 	defer w.Stop()
 	pid := w.Pid()
-	ns := s.namespace(t)
-	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "catalog", Namespace: ns,
-		Annotations: map[string]string{"e2e.wasp.dev/heavy-node": fw.ProxyNode}})
-	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "b-1")...)
-	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
-	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
-	spread := spreadOf(t, s, ip)
-	if err := spread(0.5); err != nil {
-		t.Fatalf("the builtin module: %v", err)
-	}
+	_, spread := heavyService(t, s, "catalog")
 
 	if _, err := objs.Create(s.ctx, serviceProxyModule("heavy", "file://"+heavy), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

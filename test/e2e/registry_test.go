@@ -23,7 +23,6 @@ import (
 	"github.com/distribution/distribution/v3/registry/handlers"
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem" // the registry's storage
 	"github.com/sirupsen/logrus"
-	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/wasp-proxy/wasp/host/catalog"
@@ -110,16 +109,7 @@ func TestRegistry(t *testing.T) {
 	cache := filepath.Join(env.Dir, "cache")
 	w := env.StartWasp(t, "--cache-dir", cache)
 	pid := w.Pid()
-	ns := s.namespace(t)
-	svc := env.CreateService(ctx, t, fw.ServiceSpec{Name: "registry", Namespace: ns,
-		Annotations: map[string]string{"e2e.wasp.dev/heavy-node": fw.ProxyNode}})
-	s.env.SetEndpoints(ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "b-1")...)
-	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
-	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
-	spread := spreadOf(t, s, ip)
-	if err := spread(0.5); err != nil {
-		t.Fatalf("the builtin module: %v", err)
-	}
+	ip, spread := heavyService(t, s, "registry")
 
 	created := time.Now()
 	if _, err := objs.Create(ctx, serviceProxyModule("heavy", pinned), metav1.CreateOptions{}); err != nil {

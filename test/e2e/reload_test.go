@@ -50,17 +50,7 @@ func testHotReload(t *testing.T, s *suite) {
 	defer w.Stop()
 	pid := w.Pid()
 
-	ns := s.namespace(t)
-	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "reload", Namespace: ns,
-		Annotations: map[string]string{"e2e.wasp.dev/heavy-node": fw.ProxyNode}})
-	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "b-1")...)
-	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
-	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
-
-	spread := spreadOf(t, s, ip)
-	if err := spread(0.5); err != nil {
-		t.Fatalf("the default module: %v", err)
-	}
+	ip, spread := heavyService(t, s, "reload")
 
 	conn, err := s.client().Dial(s.ctx, "tcp", netip.AddrPortFrom(ip, 80).String())
 	if err != nil {
@@ -104,6 +94,24 @@ func testHotReload(t *testing.T, s *suite) {
 	if done, err := w.Exited(); done {
 		t.Fatalf("wasp exited after a broken module file: %v", err)
 	}
+}
+
+// heavyService creates a Service that the 9:1 module (testdata/heavy)
+// weighs for the proxy node, with endpoints a-1 (on it) and b-1, waits
+// until it answers, checks the 1:1 spread of the builtin module, and
+// returns its ClusterIP and its spread check.
+func heavyService(t *testing.T, s *suite, name string) (netip.Addr, func(p float64) error) {
+	t.Helper()
+	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: name, Namespace: s.namespace(t),
+		Annotations: map[string]string{"e2e.wasp.dev/heavy-node": fw.ProxyNode}})
+	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "b-1")...)
+	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
+	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
+	spread := spreadOf(t, s, ip)
+	if err := spread(0.5); err != nil {
+		t.Fatalf("the builtin module: %v", err)
+	}
+	return ip, spread
 }
 
 // spreadOf returns a check that a-1 answers a share p of 1000 new
