@@ -372,7 +372,7 @@ func notApplied(c *v1alpha1.WaspConfiguration) []string {
 			out = append(out, fmt.Sprintf("modules[%d].config: not passed to the module: ABI v1 has no configuration input", i))
 		}
 		if m.FailurePolicy == v1alpha1.Builtin {
-			out = append(out, fmt.Sprintf("modules[%d].failurePolicy: Builtin applies to ServiceProxyModules only: a module of the configuration that does not load stops wasp at start, and a failed port keeps its last good decision", i))
+			out = append(out, fmt.Sprintf("modules[%d].failurePolicy: Builtin applies to a module that does not load; a port a loaded module fails for keeps its last good decision", i))
 		}
 	}
 	return out

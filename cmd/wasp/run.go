@@ -470,7 +470,7 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		return err
 	}
 	defer rt.Close(context.WithoutCancel(ctx))
-	ch, err := chain.Load(ctx, rt, c.specs)
+	ch, err := loadStartChain(ctx, rt, c)
 	if err != nil {
 		if ctx.Err() != nil {
 			// SIGTERM while modules were compiling or instantiating: the
@@ -581,6 +581,42 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 	p.Run(ctx)
 	logger.Info("Stopped; the dataplane stays in place (wasp cleanup removes it)")
 	return nil
+}
+
+// loadStartChain loads the configuration's module chain. If it does not
+// load and some of its modules say failurePolicy Builtin, those stages
+// start on their builtin module instead (the file reloader tries the
+// configured ones again when their files change); with KeepLastGood there
+// is nothing to keep at start, and the error stops wasp.
+func loadStartChain(ctx context.Context, rt *runtime.Runtime, c *runConfig) (*chain.Chain, error) {
+	ch, err := chain.Load(ctx, rt, c.specs)
+	if err == nil || ctx.Err() != nil {
+		return ch, err
+	}
+	builtin := map[abi.Stage]bool{}
+	if c.config != nil {
+		for _, m := range c.config.Modules {
+			if m.FailurePolicy == v1alpha1.Builtin {
+				stage, _ := abi.ParseStage(m.Stage)
+				builtin[stage] = true
+			}
+		}
+	}
+	if len(builtin) == 0 {
+		return nil, err
+	}
+	var kept []chain.Spec
+	for _, s := range c.specs {
+		if !builtin[s.Stage] {
+			kept = append(kept, s)
+		}
+	}
+	klog.FromContext(ctx).Error(err, "Modules did not load; the stages whose failurePolicy is Builtin start on the builtin module")
+	ch, ferr := chain.Load(ctx, rt, kept)
+	if ferr != nil {
+		return nil, errors.Join(err, ferr)
+	}
+	return ch, nil
 }
 
 // newClient returns the clientset of the cluster, or of the snapshot

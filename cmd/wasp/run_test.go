@@ -711,3 +711,28 @@ func TestRunConfigFile(t *testing.T) {
 		t.Errorf("%d node setups, want 1", len(fe.setups))
 	}
 }
+
+// TestRunModuleFailurePolicyAtStart: a configured module that does not
+// load stops wasp at start, unless its failurePolicy is Builtin, in which
+// case the stage starts on the builtin module.
+func TestRunModuleFailurePolicyAtStart(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "gone.wasm")
+	file := func(policy string) string {
+		return writeFile(t, "config.yaml", "apiVersion: wasp.dev/v1alpha1\nkind: WaspConfiguration\nhealthzBindAddress: \"\"\nmetricsBindAddress: \"\"\n"+
+			"modules:\n- stage: endpoint-selection\n  source: file://"+missing+"\n  failurePolicy: "+policy+"\n")
+	}
+	_, err := execute(t, newFakeEnv().env(), nil, "run", "--config", file("KeepLastGood"), "--source", sample(t), "--hostname-override", "node-a")
+	if err == nil || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("KeepLastGood: %v, want an error naming %s", err, missing)
+	}
+
+	fe := newFakeEnv()
+	synced := func() bool {
+		b := fe.backend(backends.IPv4)
+		return b != nil && b.Counts().Syncs > 0
+	}
+	_, err = execute(t, fe.env(), synced, "run", "--config", file("Builtin"), "--source", sample(t), "--hostname-override", "node-a")
+	if err != nil || !synced() {
+		t.Fatalf("Builtin: %v (synced %v), want wasp running on the builtin module", err, synced())
+	}
+}
