@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"net/netip"
 	"os/exec"
 	"path/filepath"
@@ -74,15 +75,7 @@ func testRestart(t *testing.T, s *suite) {
 
 	// A long-lived connection and a stream of new ones keep going while
 	// wasp stops and starts again.
-	conn, err := s.client().Dial(s.ctx, "tcp", netip.AddrPortFrom(ip, 80).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	first, err := netlab.Request(s.ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, first := establish(t, s, ip)
 	var (
 		mu       sync.Mutex
 		failures []error
@@ -185,4 +178,21 @@ func waspTables(t *testing.T, s *suite) []string {
 		}
 	}
 	return out
+}
+
+// establish opens a TCP connection to ip:80 from the client, closed when
+// t ends, and returns it with the identity of the pod that answered its
+// first request.
+func establish(t *testing.T, s *suite, ip netip.Addr) (net.Conn, string) {
+	t.Helper()
+	conn, err := s.client().Dial(s.ctx, "tcp", netip.AddrPortFrom(ip, 80).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	first, err := netlab.Request(s.ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, first
 }

@@ -52,15 +52,7 @@ func testHotReload(t *testing.T, s *suite) {
 
 	ip, spread := heavyService(t, s, "reload")
 
-	conn, err := s.client().Dial(s.ctx, "tcp", netip.AddrPortFrom(ip, 80).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	first, err := netlab.Request(s.ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, first := establish(t, s, ip)
 
 	replace(mustRead(t, heavy))
 	fw.Eventually(t, converge, func() error {
