@@ -106,14 +106,7 @@ func TestLoadWrongStage(t *testing.T) {
 // wasp/selection:v1, with a client of no options.
 func pushSelection(t *testing.T, reg *ocitest.Registry) (*oci.Client, *oci.Artifact, []byte) {
 	t.Helper()
-	wasm, err := modules.Wasm("selection")
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta, err := runtime.Inspect(wasm)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm, meta := ocitest.Module(t)
 	c, err := oci.New(oci.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -17,24 +17,11 @@ import (
 
 	"github.com/wasp-proxy/wasp/abi/metadata"
 	"github.com/wasp-proxy/wasp/host/oci"
-	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/internal/ocitest"
-	"github.com/wasp-proxy/wasp/modules"
 )
 
 // module returns a builtin module and its metadata.
-func module(t *testing.T) ([]byte, *metadata.Metadata) {
-	t.Helper()
-	wasm, err := modules.Wasm("selection")
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta, err := runtime.Inspect(wasm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return wasm, meta
-}
+func module(t *testing.T) ([]byte, *metadata.Metadata) { return ocitest.Module(t) }
 
 func newClient(t *testing.T, opts oci.Options) *oci.Client {
 	t.Helper()
