@@ -15,6 +15,22 @@ const MarkerExport = "wasp_abi_v1"
 // size: wasp_buffer(size i32) -> ptr i32 (0 when the guest cannot allocate).
 const BufferExport = "wasp_buffer"
 
+// ConfigureExport is the optional function that hands a module its own
+// configuration: wasp_configure(ptr i32, len i32) -> i64. The host calls it
+// on every new instance, after initialisation and before the first stage
+// call, with the configuration's JSON bytes in a buffer from wasp_buffer
+// (len 0: no configuration). 0 accepts the configuration; otherwise the
+// result is outPtr<<32 | outLen of a UTF-8 message saying why the module
+// rejects it.
+const ConfigureExport = "wasp_configure"
+
+// MaxConfigLen bounds the configuration the host hands a module.
+const MaxConfigLen = 1 << 20
+
+// MaxConfigErrorLen bounds the rejection message the host reads back from
+// wasp_configure; a longer one is truncated.
+const MaxConfigErrorLen = 4096
+
 // MetadataSection is the name of the custom section that carries a module's
 // Metadata as JSON.
 const MetadataSection = "wasp.metadata"

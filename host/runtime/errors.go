@@ -39,6 +39,7 @@ var Reasons = []Reason{ReasonTrap, ReasonTimeout, ReasonMemory, ReasonExit, Reas
 // CallError is a failed call into a module.
 type CallError struct {
 	Module string
+	// Stage is the stage called, or 0 for wasp_configure.
 	Stage  abi.Stage
 	Reason Reason
 	// Stderr is the first line the guest wrote to stderr, if any (a Go
@@ -48,7 +49,16 @@ type CallError struct {
 }
 
 func (e *CallError) Error() string {
-	msg := fmt.Sprintf("module %q stage %s: %s", e.Module, e.Stage, e.Reason)
+	if e.Stage == 0 {
+		return fmt.Sprintf("module %q %s: %s", e.Module, abi.ConfigureExport, e.detail())
+	}
+	return fmt.Sprintf("module %q stage %s: %s", e.Module, e.Stage, e.detail())
+}
+
+// detail is the error without its module and stage: the reason, the first
+// line of the cause, and stderr.
+func (e *CallError) detail() string {
+	msg := string(e.Reason)
 	if e.Err != nil {
 		// wazero appends a multi-line Wasm stack trace; the first line says
 		// what happened.
@@ -77,3 +87,15 @@ func ReasonOf(err error) Reason {
 // itself (as opposed to the runtime): bad binary, wrong ABI, missing
 // metadata or exports, forbidden imports, failing initialisation.
 var ErrInvalidModule = errors.New("invalid module")
+
+// ErrConfigRejected is wrapped by every Load error caused by the module's
+// configuration (WithConfig): the module rejected it through
+// wasp_configure, it is too large, or the module takes none (it does not
+// export wasp_configure).
+var ErrConfigRejected = errors.New("configuration rejected")
+
+// classified is err, which errors.Is also finds to be class.
+type classified struct{ err, class error }
+
+func (c classified) Error() string   { return c.err.Error() }
+func (c classified) Unwrap() []error { return []error{c.err, c.class} }

@@ -18,18 +18,22 @@ import (
 
 // instance is one instantiation of a module, used by one call at a time.
 type instance struct {
-	mod       api.Module
-	buffer    api.Function
-	stages    [len(abi.Stages) + 1]api.Function // by abi.Stage
-	budget    api.MutableGlobal                 // nil with InterruptCloseOnContextDone
-	stderr    *head
-	stack     []uint64
-	calls     int
-	limit     uint64        // memory cap in bytes
-	timeout   time.Duration // per call
-	closeOnce sync.Once
+	mod    api.Module
+	buffer api.Function
+	stages [len(abi.Stages) + 1]api.Function // by abi.Stage
+	// configureFn is wasp_configure; nil if the module does not export it.
+	configureFn api.Function
+	budget      api.MutableGlobal // nil with InterruptCloseOnContextDone
+	stderr      *head
+	stack       []uint64
+	calls       int
+	limit       uint64        // memory cap in bytes
+	timeout     time.Duration // per call
+	closeOnce   sync.Once
 }
 
+// newInstance instantiates the module, which runs its initialisation, and
+// configures the instance (wasp_configure, if exported).
 func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	stderr := &head{max: 4096}
 	cfg := wazero.NewModuleConfig().
@@ -48,8 +52,20 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	for _, s := range abi.Stages {
 		in.stages[s] = mod.ExportedFunction(s.Export())
 	}
+	in.configureFn = mod.ExportedFunction(abi.ConfigureExport)
 	if g, ok := mod.ExportedGlobal(wasmbin.BudgetGlobal).(api.MutableGlobal); ok {
 		in.budget = g
+	}
+	// Every instance gets the same configuration before its first call:
+	// a pool is many copies of one configured module.
+	msg, cerr := in.configure(ctx, m.Config)
+	switch {
+	case cerr != nil:
+		in.close()
+		return nil, fmt.Errorf("%s: %s", abi.ConfigureExport, cerr.detail())
+	case msg != "":
+		in.close()
+		return nil, classified{fmt.Errorf("module %q rejected its configuration: %s", m.Name, msg), ErrConfigRejected}
 	}
 	return in, nil
 }
@@ -57,13 +73,62 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 // call writes input into the guest, runs the stage and copies the output.
 func (in *instance) call(ctx context.Context, stage abi.Stage, input, dst []byte) ([]byte, *CallError) {
 	in.calls++
-	fail := func(r Reason, err error) ([]byte, *CallError) {
-		return dst, &CallError{Stage: stage, Reason: r, Err: err, Stderr: in.stderr.String()}
-	}
 	fn := in.stages[stage]
 	if fn == nil {
-		return fail(ReasonNoOutput, fmt.Errorf("no export %s", stage.Export()))
+		return dst, in.failure(stage, ReasonNoOutput, fmt.Errorf("no export %s", stage.Export()))
 	}
+	res, cerr := in.invoke(ctx, fn, input)
+	if cerr != nil {
+		cerr.Stage = stage
+		return dst, cerr
+	}
+	optr, olen := uint32(res>>32), uint32(res)
+	if olen == 0 {
+		return dst, in.failure(stage, ReasonNoOutput, errors.New("the stage returned no output (malformed batch or unregistered stage)"))
+	}
+	view, ok := in.mod.Memory().Read(optr, olen)
+	if !ok {
+		return dst, in.failure(stage, ReasonInvalidOutput, fmt.Errorf("output [%d,+%d) outside linear memory", optr, olen))
+	}
+	return append(dst, view...), nil
+}
+
+// configure hands the instance its configuration through wasp_configure,
+// if the module exports it. It returns the module's rejection message ("":
+// accepted), or a *CallError (Stage 0) if the call itself failed.
+func (in *instance) configure(ctx context.Context, config []byte) (string, *CallError) {
+	if in.configureFn == nil {
+		return "", nil
+	}
+	res, cerr := in.invoke(ctx, in.configureFn, config)
+	if cerr != nil {
+		return "", cerr
+	}
+	if res == 0 {
+		return "", nil
+	}
+	optr, olen := uint32(res>>32), uint32(res)
+	view, ok := in.mod.Memory().Read(optr, min(olen, abi.MaxConfigErrorLen))
+	if !ok {
+		return "", in.failure(0, ReasonInvalidOutput, fmt.Errorf("rejection message [%d,+%d) outside linear memory", optr, olen))
+	}
+	msg := strings.ToValidUTF8(strings.TrimSpace(string(view)), "\uFFFD")
+	if msg == "" {
+		msg = "(no message)"
+	}
+	return msg, nil
+}
+
+// failure is a failed call of the instance, with the first line of its
+// stderr.
+func (in *instance) failure(stage abi.Stage, r Reason, err error) *CallError {
+	return &CallError{Stage: stage, Reason: r, Err: err, Stderr: in.stderr.String()}
+}
+
+// invoke writes input into a buffer from wasp_buffer and runs fn on it,
+// under one deadline, and returns fn's result. The error's Stage is left
+// for the caller to set.
+func (in *instance) invoke(ctx context.Context, fn api.Function, input []byte) (uint64, *CallError) {
 	cctx, cancel := context.WithTimeout(ctx, in.timeout)
 	defer cancel()
 	if in.budget != nil {
@@ -75,23 +140,23 @@ func (in *instance) call(ctx context.Context, stage abi.Stage, input, dst []byte
 			st.end()
 		}()
 	}
-	classify := func(err error) ([]byte, *CallError) {
+	classify := func(err error) (uint64, *CallError) {
 		var exit *sys.ExitError
 		interrupted := in.isInterrupted(err)
 		switch {
 		case in.outOfMemory():
 			// Checked first: a guest near its cap often spends its last
 			// moments collecting garbage until the deadline stops it.
-			return fail(ReasonMemory, fmt.Errorf("linear memory at its cap of %d MiB: %w", in.limit>>20, err))
+			return 0, in.failure(0, ReasonMemory, fmt.Errorf("linear memory at its cap of %d MiB: %w", in.limit>>20, err))
 		case interrupted && ctx.Err() != nil:
 			// The caller's context ended, not the call's own deadline.
-			return fail(ReasonTimeout, ctx.Err())
+			return 0, in.failure(0, ReasonTimeout, ctx.Err())
 		case interrupted:
-			return fail(ReasonTimeout, fmt.Errorf("deadline exceeded: %w", context.DeadlineExceeded))
+			return 0, in.failure(0, ReasonTimeout, fmt.Errorf("deadline exceeded: %w", context.DeadlineExceeded))
 		case errors.As(err, &exit):
-			return fail(ReasonExit, err)
+			return 0, in.failure(0, ReasonExit, err)
 		}
-		return fail(ReasonTrap, err)
+		return 0, in.failure(0, ReasonTrap, err)
 	}
 
 	in.stack = in.stack[:2]
@@ -102,24 +167,15 @@ func (in *instance) call(ctx context.Context, stage abi.Stage, input, dst []byte
 	ptr := uint32(in.stack[0])
 	if ptr == 0 || !in.mod.Memory().Write(ptr, input) {
 		if in.outOfMemory() {
-			return fail(ReasonMemory, fmt.Errorf("no room for a %d-byte input under the %d MiB cap", len(input), in.limit>>20))
+			return 0, in.failure(0, ReasonMemory, fmt.Errorf("no room for a %d-byte input under the %d MiB cap", len(input), in.limit>>20))
 		}
-		return fail(ReasonTrap, fmt.Errorf("%s returned an unusable buffer for %d bytes", abi.BufferExport, len(input)))
+		return 0, in.failure(0, ReasonTrap, fmt.Errorf("%s returned an unusable buffer for %d bytes", abi.BufferExport, len(input)))
 	}
 	in.stack[0], in.stack[1] = uint64(ptr), uint64(len(input))
 	if err := fn.CallWithStack(cctx, in.stack); err != nil {
 		return classify(err)
 	}
-	res := in.stack[0]
-	optr, olen := uint32(res>>32), uint32(res)
-	if olen == 0 {
-		return fail(ReasonNoOutput, errors.New("the stage returned no output (malformed batch or unregistered stage)"))
-	}
-	view, ok := in.mod.Memory().Read(optr, olen)
-	if !ok {
-		return fail(ReasonInvalidOutput, fmt.Errorf("output [%d,+%d) outside linear memory", optr, olen))
-	}
-	return append(dst, view...), nil
+	return in.stack[0], nil
 }
 
 // outOfMemory reports whether linear memory has reached its cap (within a

@@ -1,9 +1,11 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -71,6 +73,11 @@ type Module struct {
 	Digest string
 	// Metadata is what the module declares about itself.
 	Metadata *metadata.Metadata
+	// Config is the configuration every instance was given through
+	// wasp_configure (WithConfig), without surrounding space; nil when
+	// there is none. Two Modules of the same Digest with different Config
+	// are different modules.
+	Config []byte
 
 	rt       *Runtime
 	engine   wazero.Runtime
@@ -89,12 +96,29 @@ type Module struct {
 	calls, recycled, shrunk, maxMemory atomic.Uint64
 }
 
+// LoadOption is an optional argument of Load.
+type LoadOption func(*loadOptions)
+
+type loadOptions struct {
+	config []byte
+}
+
+// WithConfig gives the module its own configuration: JSON bytes, handed
+// as they are to wasp_configure on every instance before its first stage
+// call. nil, empty or JSON null is no configuration. A module that does
+// not export wasp_configure accepts only no configuration or {}.
+func WithConfig(config []byte) LoadOption {
+	return func(o *loadOptions) { o.config = config }
+}
+
 // Load validates wasm and prepares it to run under name. It checks, before
 // instantiating anything: the binary's structure, the ABI marker export,
 // the metadata section, the exports each declared stage needs, and that the
 // only imports are WASI's. It then compiles the module and creates one
-// instance, which runs the module's initialisation.
-func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Limits) (_ *Module, err error) {
+// instance, which runs the module's initialisation and, if the module
+// exports wasp_configure, gets its configuration (WithConfig): a module
+// that rejects it does not load (ErrConfigRejected).
+func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Limits, opts ...LoadOption) (_ *Module, err error) {
 	// Module bytes come from operators and registries. Whatever a parser,
 	// the instrumenter or wazero's compiler does with a hostile binary, it
 	// must not take the node's proxy down with it.
@@ -103,6 +127,14 @@ func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Lim
 			err = fmt.Errorf("module %q: %w: rejected while loading: %v", name, ErrInvalidModule, p)
 		}
 	}()
+	var o loadOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	config := normalConfig(o.config)
+	if len(config) > abi.MaxConfigLen {
+		return nil, classified{fmt.Errorf("module %q: configuration is %d bytes, more than the %d allowed", name, len(config), abi.MaxConfigLen), ErrConfigRejected}
+	}
 	limits = limits.withDefaults()
 	digest := Digest(wasm)
 	meta, err := Inspect(wasm)
@@ -129,8 +161,11 @@ func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Lim
 	if err := checkSignatures(compiled, meta); err != nil {
 		return nil, fmt.Errorf("module %q: %w: %w", name, ErrInvalidModule, err)
 	}
+	if _, ok := compiled.ExportedFunctions()[abi.ConfigureExport]; !ok && !noConfig(config) {
+		return nil, classified{fmt.Errorf("module %q: has configuration but does not export %s", name, abi.ConfigureExport), ErrConfigRejected}
+	}
 	m := &Module{
-		Name: name, Digest: digest, Metadata: meta,
+		Name: name, Digest: digest, Metadata: meta, Config: config,
 		rt: r, engine: engine, compiled: compiled, limits: limits,
 		tokens: make(chan struct{}, limits.Instances),
 	}
@@ -138,12 +173,36 @@ func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Lim
 		m.tokens <- struct{}{}
 	}
 	in, err := m.newInstance(ctx)
+	if errors.Is(err, ErrConfigRejected) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("module %q: %w: %w", name, ErrInvalidModule, err)
 	}
 	m.baseMemory = uint64(in.mod.Memory().Size())
 	m.idle = append(m.idle, in)
 	return m, nil
+}
+
+// normalConfig returns config without surrounding space, or nil when it
+// is no configuration: empty or JSON null.
+func normalConfig(config []byte) []byte {
+	config = bytes.TrimSpace(config)
+	if len(config) == 0 || string(config) == "null" {
+		return nil
+	}
+	return config
+}
+
+// noConfig reports whether a normalised configuration asks nothing of a
+// module: none, or an empty JSON object.
+func noConfig(config []byte) bool {
+	if config == nil {
+		return true
+	}
+	inner, ok := bytes.CutPrefix(config, []byte("{"))
+	inner, ok2 := bytes.CutSuffix(inner, []byte("}"))
+	return ok && ok2 && len(bytes.TrimSpace(inner)) == 0
 }
 
 // Digest returns "sha256:<hex>" of a module binary.
@@ -194,6 +253,9 @@ func Inspect(wasm []byte) (*metadata.Metadata, error) {
 			return nil, fmt.Errorf("%w: missing export %q", ErrInvalidModule, name)
 		}
 	}
+	if e, ok := mod.Export(abi.ConfigureExport); ok && e.Kind != wasmbin.KindFunc {
+		return nil, fmt.Errorf("%w: export %q is not a function", ErrInvalidModule, abi.ConfigureExport)
+	}
 	return meta, nil
 }
 
@@ -212,6 +274,11 @@ func checkSignatures(c wazero.CompiledModule, meta *metadata.Metadata) error {
 	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
 	if err := check(abi.BufferExport, []api.ValueType{i32}, []api.ValueType{i32}); err != nil {
 		return err
+	}
+	if _, ok := fns[abi.ConfigureExport]; ok {
+		if err := check(abi.ConfigureExport, []api.ValueType{i32, i32}, []api.ValueType{i64}); err != nil {
+			return err
+		}
 	}
 	for _, s := range abi.Stages {
 		if meta.Implements(s) {
