@@ -48,3 +48,24 @@ func call(stage abi.Stage, ptr, size uint32) uint64 {
 	}
 	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(out))))<<32 | uint64(len(out))
 }
+
+// rejection holds the message of the last rejected configuration, for the
+// host to read after wasp_configure returns.
+var rejection []byte
+
+// configureExport is exported whether or not the module registers a
+// handler (go:wasmexport cannot be conditional): without one, RunConfigure
+// accepts only no configuration.
+//
+//go:wasmexport wasp_configure
+func configureExport(ptr, size uint32) uint64 {
+	msg := "wasp: configuration not in the buffer of wasp_buffer"
+	if cap(inbuf) > 0 && ptr == uint32(uintptr(unsafe.Pointer(unsafe.SliceData(inbuf)))) && int(size) <= cap(inbuf) {
+		msg = RunConfigure(inbuf[:size])
+	}
+	if msg == "" {
+		return 0
+	}
+	rejection = append(rejection[:0], msg...)
+	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(rejection))))<<32 | uint64(len(rejection))
+}

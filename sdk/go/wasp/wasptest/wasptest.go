@@ -13,6 +13,16 @@ import (
 	"github.com/wasp-proxy/wasp/sdk/go/wasp"
 )
 
+// Configure hands config to the module's configuration handler
+// (wasp.Configure), as the host does before an instance's first call, and
+// returns the module's rejection as an error.
+func Configure(config []byte) error {
+	if msg := wasp.RunConfigure(config); msg != "" {
+		return fmt.Errorf("module rejected its configuration: %s", msg)
+	}
+	return nil
+}
+
 // Run runs the module's handler for stage over ports, with prev the decisions
 // of the earlier stages (nil for the first stage). It returns one result per
 // port. An error means the module produced no usable output at all; a
