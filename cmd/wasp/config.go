@@ -21,6 +21,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/config"
 	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
 	"github.com/wasp-proxy/wasp/host/oci"
+	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/runtime"
 )
 
@@ -342,6 +343,9 @@ func moduleSpec(m v1alpha1.ModuleConfiguration) (chain.Spec, error) {
 		Timeout:     m.Limits.Timeout.Duration,
 		Instances:   int(m.Limits.Instances),
 	}}
+	if m.FailurePolicy == v1alpha1.Builtin {
+		spec.FailurePolicy = pipeline.Builtin
+	}
 	if m.Signatures == nil {
 		return spec, nil
 	}
@@ -370,9 +374,6 @@ func notApplied(c *v1alpha1.WaspConfiguration) []string {
 	for i, m := range c.Modules {
 		if len(m.Config) > 0 {
 			out = append(out, fmt.Sprintf("modules[%d].config: not passed to the module: ABI v1 has no configuration input", i))
-		}
-		if m.FailurePolicy == v1alpha1.Builtin {
-			out = append(out, fmt.Sprintf("modules[%d].failurePolicy: Builtin applies to a module that does not load; a port a loaded module fails for keeps its last good decision", i))
 		}
 	}
 	return out

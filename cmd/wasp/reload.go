@@ -35,7 +35,7 @@ type moduleReloader struct {
 	specs []chain.Spec // of the configuration: --module or the config file
 	// swap hands a loaded chain's modules to the proxy; done as
 	// proxy.SetModules's.
-	swap func(mods [len(abi.Stages) + 1]pipeline.Module, done func(applied bool))
+	swap func(mods [len(abi.Stages) + 1]pipeline.Module, policies [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(applied bool))
 	// loaded is told about every chain swapped in (metrics).
 	loaded func(*chain.Chain)
 
@@ -320,7 +320,7 @@ func (r *moduleReloader) apply(ctx context.Context, specs []chain.Spec, why stri
 		return running, false, nil
 	}
 	klog.FromContext(ctx).Info("Swapping the module chain", "why", why, "modules", next.Sources[1:], "digests", digests(next))
-	r.swap(next.PipelineModules(), func(applied bool) {
+	r.swap(next.PipelineModules(), next.Policies, func(applied bool) {
 		if !applied {
 			next.Close()
 			return
@@ -344,9 +344,11 @@ func (r *moduleReloader) close() {
 	r.current.Close()
 }
 
+// sameModules reports whether a and b run the same modules with the same
+// failure policies.
 func sameModules(a, b *chain.Chain) bool {
 	for _, s := range abi.Stages {
-		if a.Modules[s].Digest != b.Modules[s].Digest {
+		if a.Modules[s].Digest != b.Modules[s].Digest || a.Policies[s] != b.Policies[s] {
 			return false
 		}
 	}

@@ -7,26 +7,26 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/host/catalog"
 	"github.com/wasp-proxy/wasp/host/chain"
+	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/internal/modbuild"
 	"github.com/wasp-proxy/wasp/modules"
 )
 
-// TestModuleReloader replaces the file of an endpoint-selection module
-// under a reloader: a broken file leaves the running chain alone, a good
-// one is swapped in, and the chain it replaced is closed once the swap is
-// applied.
-func TestModuleReloader(t *testing.T) {
-	ctx := context.Background()
-	double, err := modbuild.Build(ctx, "../../host/proxy/testdata/modules/double")
-	if err != nil {
-		t.Fatal(err)
-	}
-	selection, err := modules.Wasm("selection")
+// doubleAndRuntime returns the double test module (it doubles the
+// weights) and a runtime of the test's.
+func doubleAndRuntime(t *testing.T) ([]byte, *runtime.Runtime) {
+	t.Helper()
+	double, err := modbuild.Build(context.Background(), "../../host/proxy/testdata/modules/double")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,21 @@ func TestModuleReloader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rt.Close(ctx)
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	return double, rt
+}
+
+// TestModuleReloader replaces the file of an endpoint-selection module
+// under a reloader: a broken file leaves the running chain alone, a good
+// one is swapped in, and the chain it replaced is closed once the swap is
+// applied.
+func TestModuleReloader(t *testing.T) {
+	ctx := context.Background()
+	double, rt := doubleAndRuntime(t)
+	selection, err := modules.Wasm("selection")
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	path := filepath.Join(t.TempDir(), "selection.wasm")
 	// write replaces the file as a ConfigMap update does: a new file
@@ -58,7 +72,7 @@ func TestModuleReloader(t *testing.T) {
 	r := newModuleReloader(rt, specs, first)
 	defer r.close()
 	var swapped [][len(abi.Stages) + 1]pipeline.Module
-	r.swap = func(mods [len(abi.Stages) + 1]pipeline.Module, done func(bool)) {
+	r.swap = func(mods [len(abi.Stages) + 1]pipeline.Module, _ [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(bool)) {
 		swapped = append(swapped, mods)
 		done(true)
 	}
@@ -87,5 +101,82 @@ func TestModuleReloader(t *testing.T) {
 	// The replaced chain was closed: its module refuses calls.
 	if _, err := first.Modules[abi.StageEndpointSelection].Call(ctx, abi.StageEndpointSelection, nil, nil); err == nil || !strings.Contains(err.Error(), "module closed") {
 		t.Errorf("a call into the replaced chain's module: %v; want it closed", err)
+	}
+}
+
+// TestReloaderFailurePolicy: the failure policy the proxy applies to a
+// stage at call time is that of the ServiceProxyModule chosen for it, and
+// follows the choice: a new policy for the same module is swapped in too;
+// when a Builtin object's module does not load, the stage goes back to the
+// configuration's module with the configuration's policy.
+func TestReloaderFailurePolicy(t *testing.T) {
+	ctx := context.Background()
+	double, rt := doubleAndRuntime(t)
+	dir := t.TempDir()
+	doublePath := filepath.Join(dir, "double.wasm")
+	if err := os.WriteFile(doublePath, double, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	stage := abi.StageEndpointSelection
+	module := func(source string, policy v1alpha1.FailurePolicy) v1alpha1.ModuleConfiguration {
+		return v1alpha1.ModuleConfiguration{
+			Stage: stage.String(), Source: source, FailurePolicy: policy,
+			Limits: v1alpha1.ModuleLimits{Memory: resource.NewQuantity(64<<20, resource.BinarySI), Timeout: &metav1.Duration{Duration: time.Second}},
+		}
+	}
+	// The configuration runs the builtin module under Builtin.
+	config, err := moduleSpec(module("builtin:selection", v1alpha1.Builtin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if config.FailurePolicy != pipeline.Builtin {
+		t.Fatalf("moduleSpec: failure policy %s, want Builtin", config.FailurePolicy)
+	}
+	specs := []chain.Spec{config}
+	first, err := chain.Load(ctx, rt, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Policies[stage] != pipeline.Builtin {
+		t.Fatalf("chain.Load: failure policy %s, want the spec's Builtin", first.Policies[stage])
+	}
+	r := newModuleReloader(rt, specs, first)
+	defer r.close()
+	type swap struct {
+		digest string
+		policy pipeline.FailurePolicy
+	}
+	var swapped []swap
+	r.swap = func(mods [len(abi.Stages) + 1]pipeline.Module, policies [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(bool)) {
+		swapped = append(swapped, swap{mods[stage].(*runtime.Module).Digest, policies[stage]})
+		done(true)
+	}
+	builtinDigest := first.Modules[stage].Digest
+
+	steps := []struct {
+		name   string
+		module v1alpha1.ModuleConfiguration
+		want   *swap // nil: no swap
+	}{
+		{"same module, object's policy KeepLastGood", module("builtin:selection", v1alpha1.KeepLastGood), &swap{builtinDigest, pipeline.KeepLastGood}},
+		{"same module and policy", module("builtin:selection", v1alpha1.KeepLastGood), nil},
+		{"new module, Builtin", module(doublePath, v1alpha1.Builtin), &swap{runtime.Digest(double), pipeline.Builtin}},
+		{"policy KeepLastGood", module(doublePath, v1alpha1.KeepLastGood), &swap{runtime.Digest(double), pipeline.KeepLastGood}},
+		{"Builtin object that does not load: the configuration's module and policy", module(filepath.Join(dir, "missing.wasm"), v1alpha1.Builtin), &swap{builtinDigest, pipeline.Builtin}},
+	}
+	for _, st := range steps {
+		swapped = nil
+		r.setCatalog(map[abi.Stage]catalog.Choice{stage: {Object: "canary", Module: st.module}})
+		r.applyCatalog(ctx)
+		switch {
+		case st.want == nil && len(swapped) > 0:
+			t.Errorf("%s: swapped %v, want no swap", st.name, swapped)
+		case st.want != nil && (len(swapped) != 1 || swapped[0] != *st.want):
+			t.Errorf("%s: swapped %v, want %v", st.name, swapped, *st.want)
+		}
+		if st.want != nil && r.current.Policies[stage] != st.want.policy {
+			t.Errorf("%s: current chain's policy %s, want %s", st.name, r.current.Policies[stage], st.want.policy)
+		}
 	}
 }

@@ -518,6 +518,7 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		Client:   client,
 		Pipeline: pipeline.New(pipeline.Options{
 			Modules:  ch.PipelineModules(),
+			Policies: ch.Policies,
 			Observer: pipeline.Observers(mx.Pipeline(), ev.Pipeline()),
 		}),
 		Backends: bes,

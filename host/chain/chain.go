@@ -32,6 +32,9 @@ type Spec struct {
 	// PublicKeys, when not empty, make an oci:// source load only with a
 	// valid signature by one of them (host/oci); optional.
 	PublicKeys []crypto.PublicKey
+	// FailurePolicy is what a service port gets when the module fails for
+	// it; optional, default KeepLastGood.
+	FailurePolicy pipeline.FailurePolicy
 }
 
 // ParseSpec parses "STAGE=SOURCE", as given to --module.
@@ -99,6 +102,9 @@ func OCICacheDir(cacheDir string) string {
 type Chain struct {
 	Modules [len(abi.Stages) + 1]*runtime.Module
 	Sources [len(abi.Stages) + 1]string
+	// Policies are the stages' failure policies, for pipeline.Options:
+	// their specs', KeepLastGood for a stage without one.
+	Policies [len(abi.Stages) + 1]pipeline.FailurePolicy
 }
 
 // Load loads the modules of specs, and the builtin default for every stage
@@ -119,6 +125,7 @@ func Load(ctx context.Context, rt *runtime.Runtime, specs []Spec) (*Chain, error
 	}
 	for _, s := range specs {
 		c.Sources[s.Stage], limits[s.Stage], keys[s.Stage] = s.Source, s.Limits, s.PublicKeys
+		c.Policies[s.Stage] = s.FailurePolicy
 	}
 	for _, stage := range abi.Stages {
 		stageSrc := src

@@ -11,7 +11,9 @@
 // module declines, or whose record is invalid, fails alone. A call that
 // fails as a whole (trap, timeout, memory cap, malformed output) is retried
 // in halves, on fresh instances, until the ports that cause it are isolated,
-// within a time budget; the others get their results. A failed port keeps
-// its last good decision, or, if it never had one, gets the native
-// reference decision, so a broken module never blackholes a Service.
+// within a time budget; the others get their results. A failed port gets
+// what the stage's failure policy says: under KeepLastGood it keeps its
+// last good decision, or, if it never had one, gets the native reference
+// decision; under Builtin it gets the native reference decision. Either
+// way a broken module never blackholes a Service.
 package pipeline

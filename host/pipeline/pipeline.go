@@ -42,12 +42,31 @@ const (
 	// SourceLastGood: a stage failed; the port kept its last good decision.
 	SourceLastGood
 	// SourceBuiltin: a stage failed and the port had no last good
-	// decision, so the native reference semantics decided.
+	// decision, or the stage's failure policy is Builtin, so the native
+	// reference semantics decided.
 	SourceBuiltin
 )
 
 func (s Source) String() string {
 	return [...]string{"modules", "last-good", "builtin"}[s]
+}
+
+// FailurePolicy is what a port gets, for the evaluation at hand, when a
+// stage's module fails for it.
+type FailurePolicy uint8
+
+const (
+	// KeepLastGood: the port keeps its last good decision
+	// (SourceLastGood), or gets the native reference semantics
+	// (SourceBuiltin) if it never had one. The default.
+	KeepLastGood FailurePolicy = iota
+	// Builtin: the port gets the native reference semantics
+	// (SourceBuiltin), whether or not it had a last good decision.
+	Builtin
+)
+
+func (f FailurePolicy) String() string {
+	return [...]string{"KeepLastGood", "Builtin"}[f]
 }
 
 // Port is one service port to evaluate.
@@ -73,6 +92,10 @@ type Options struct {
 	// Modules holds the module of each stage, indexed by abi.Stage. A nil
 	// entry runs the native reference implementation. Optional.
 	Modules [len(abi.Stages) + 1]Module
+	// Policies holds the failure policy of each stage, indexed by
+	// abi.Stage: that of the stage's module. Optional; default
+	// KeepLastGood.
+	Policies [len(abi.Stages) + 1]FailurePolicy
 	// MinChunk is the fewest ports worth a call of their own when a batch
 	// is split across instances. Optional; default 512.
 	MinChunk int
@@ -182,12 +205,13 @@ func workers(mods [len(abi.Stages) + 1]Module) int {
 	return n
 }
 
-// SetModules replaces the stages' modules (hot reload). The last good
-// decision of every port is kept: a port the new modules fail for keeps
-// the decision the old ones made, as for any failure. It must not be
-// called while Run runs; the caller closes the old modules.
-func (p *Pipeline) SetModules(mods [len(abi.Stages) + 1]Module) {
-	p.opts.Modules = mods
+// SetModules replaces the stages' modules and their failure policies (hot
+// reload). The last good decision of every port is kept: a port the new
+// modules fail for under KeepLastGood keeps the decision the old ones
+// made, as for any failure. It must not be called while Run runs; the
+// caller closes the old modules.
+func (p *Pipeline) SetModules(mods [len(abi.Stages) + 1]Module, policies [len(abi.Stages) + 1]FailurePolicy) {
+	p.opts.Modules, p.opts.Policies = mods, policies
 	p.workers = make([]worker, workers(mods))
 }
 
@@ -299,7 +323,7 @@ func (p *Pipeline) run(ctx context.Context, node abi.Node, ports []Port) (_ []Re
 			}
 			i := live[k]
 			failed[i] = true
-			results[i] = p.fallbackResult(node, ports[i], err)
+			results[i] = p.fallbackResult(node, ports[i], p.opts.Policies[stage], err)
 			p.setFallback(ports[i].Key, &fallbackOf{stage, results[i].Source})
 			if o := p.opts.Observer; o != nil {
 				o.PortFailed(nameOf(p.opts.Modules[stage]), stage, ports[i].Key, results[i].Source, err)
@@ -326,9 +350,10 @@ func (p *Pipeline) run(ctx context.Context, node abi.Node, ports []Port) (_ []Re
 	return results, split
 }
 
-// fallbackResult decides for a port whose stage failed.
-func (p *Pipeline) fallbackResult(node abi.Node, port Port, err error) Result {
-	if last, ok := p.lastGood[port.Key]; ok {
+// fallbackResult decides for a port whose stage, of failure policy
+// policy, failed.
+func (p *Pipeline) fallbackResult(node abi.Node, port Port, policy FailurePolicy, err error) Result {
+	if last, ok := p.lastGood[port.Key]; ok && policy == KeepLastGood {
 		r := *last
 		r.Source, r.Err = SourceLastGood, err
 		return r

@@ -148,32 +148,45 @@ func misbehave(t testing.TB) []byte {
 	return misbehaveWasm
 }
 
-// TestContainment puts misbehaving ports among good ones and checks that
-// only they fall back, first to the builtin semantics, then to their last
-// good decision.
-func TestContainment(t *testing.T) {
+// misbehaving loads the misbehave module into a runtime of the test's,
+// with a short call timeout.
+func misbehaving(t *testing.T) *runtime.Module {
+	t.Helper()
 	rt, err := runtime.New(runtime.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rt.Close(context.Background())
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
 	m, err := rt.Load(context.Background(), "misbehave", misbehave(t), runtime.Limits{Timeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := abi.Node{Name: "node-a"}
-	mk := func(behaviour map[int]string) []pipeline.Port {
-		var out []pipeline.Port
-		for i := range 40 {
-			sp := abi.ServicePort{Namespace: "ns", Name: fmt.Sprint("svc-", i), Protocol: abi.ProtocolUDP, Port: 53}
-			if b, ok := behaviour[i]; ok {
-				sp.Annotations = []abi.Label{{Key: "wasp.test/behaviour", Value: b}}
-			}
-			sp.Endpoints = []abi.Endpoint{{Addr: netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), Port: 53, Ready: true, Serving: true}}
-			out = append(out, pipeline.Port{Key: sp.Name, ServicePort: sp})
+	return m
+}
+
+// behaving returns n service ports, each with one endpoint in
+// 10.subnet.0.0/16 (a decision made then is told by its endpoints), and
+// the misbehave module's behaviour for those in behaviour.
+func behaving(n int, subnet byte, behaviour map[int]string) []pipeline.Port {
+	var out []pipeline.Port
+	for i := range n {
+		sp := abi.ServicePort{Namespace: "ns", Name: fmt.Sprint("svc-", i), Protocol: abi.ProtocolTCP, Port: 80}
+		if b, ok := behaviour[i]; ok {
+			sp.Annotations = []abi.Label{{Key: "wasp.test/behaviour", Value: b}}
 		}
-		return out
+		sp.Endpoints = []abi.Endpoint{{Addr: netip.AddrFrom4([4]byte{10, subnet, 0, byte(i)}), Port: 80, Ready: true, Serving: true}}
+		out = append(out, pipeline.Port{Key: sp.Name, ServicePort: sp})
 	}
+	return out
+}
+
+// TestContainment puts misbehaving ports among good ones and checks that
+// only they fall back, first to the builtin semantics, then to their last
+// good decision.
+func TestContainment(t *testing.T) {
+	m := misbehaving(t)
+	node := abi.Node{Name: "node-a"}
+	mk := func(behaviour map[int]string) []pipeline.Port { return behaving(40, 1, behaviour) }
 	for _, stage := range abi.Stages {
 		t.Run(stage.String(), func(t *testing.T) {
 			var opts pipeline.Options
@@ -215,27 +228,12 @@ func TestContainment(t *testing.T) {
 
 // TestSetModules swaps a stage's module between runs: the new module
 // decides from then on, and a port it fails for keeps the decision the
-// old one made (last good survives the swap).
+// old one made (last good survives the swap) unless the swap makes the
+// stage's failure policy Builtin.
 func TestSetModules(t *testing.T) {
-	rt, err := runtime.New(runtime.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close(context.Background())
-	bad, err := rt.Load(context.Background(), "misbehave", misbehave(t), runtime.Limits{Timeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	bad := misbehaving(t)
 	node := abi.Node{Name: "node-a"}
-	var in []pipeline.Port
-	for i := range 4 {
-		sp := abi.ServicePort{Namespace: "ns", Name: fmt.Sprint("svc-", i), Protocol: abi.ProtocolTCP, Port: 80}
-		if i == 2 {
-			sp.Annotations = []abi.Label{{Key: "wasp.test/behaviour", Value: "trap"}}
-		}
-		sp.Endpoints = []abi.Endpoint{{Addr: netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), Port: 80, Ready: true, Serving: true}}
-		in = append(in, pipeline.Port{Key: sp.Name, ServicePort: sp})
-	}
+	in := behaving(4, 1, map[int]string{2: "trap"})
 	sources := func(res []pipeline.Result) []pipeline.Source {
 		var out []pipeline.Source
 		for _, r := range res {
@@ -250,7 +248,8 @@ func TestSetModules(t *testing.T) {
 	}
 	var mods [len(abi.Stages) + 1]pipeline.Module
 	mods[abi.StageEndpointSelection] = bad
-	p.SetModules(mods)
+	var policies [len(abi.Stages) + 1]pipeline.FailurePolicy
+	p.SetModules(mods, policies)
 	res := p.Run(context.Background(), node, in)
 	want := []pipeline.Source{pipeline.SourceModules, pipeline.SourceModules, pipeline.SourceLastGood, pipeline.SourceModules}
 	if got := sources(res); !reflect.DeepEqual(got, want) {
@@ -259,8 +258,80 @@ func TestSetModules(t *testing.T) {
 	if len(res[2].Cluster) != 1 {
 		t.Errorf("the trapping port's last good decision lost its endpoint: %+v", res[2].Decision)
 	}
-	p.SetModules([len(abi.Stages) + 1]pipeline.Module{})
+	policies[abi.StageEndpointSelection] = pipeline.Builtin
+	p.SetModules(mods, policies)
+	want[2] = pipeline.SourceBuiltin
+	if got := sources(p.Run(context.Background(), node, in)); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the swap to Builtin: sources %v, want %v", got, want)
+	}
+	p.SetModules([len(abi.Stages) + 1]pipeline.Module{}, [len(abi.Stages) + 1]pipeline.FailurePolicy{})
 	if got := sources(p.Run(context.Background(), node, in)); !reflect.DeepEqual(got, []pipeline.Source{0, 0, 0, 0}) {
 		t.Fatalf("after swapping back: sources %v, want every port from the modules", got)
+	}
+}
+
+// TestFailurePolicy fails a stage's module for some ports, with and
+// without a last good decision, under each failure policy: KeepLastGood
+// keeps the last good decision if there is one, Builtin always takes the
+// reference semantics for the evaluation; the ports that do not fail are
+// not affected either way.
+func TestFailurePolicy(t *testing.T) {
+	m := misbehaving(t)
+	node := abi.Node{Name: "node-a"}
+	bad := map[int]string{1: "trap", 2: "error"}
+	tests := []struct {
+		policy   pipeline.FailurePolicy
+		lastGood bool
+		want     pipeline.Source
+	}{
+		{pipeline.KeepLastGood, false, pipeline.SourceBuiltin},
+		{pipeline.KeepLastGood, true, pipeline.SourceLastGood},
+		{pipeline.Builtin, false, pipeline.SourceBuiltin},
+		{pipeline.Builtin, true, pipeline.SourceBuiltin},
+	}
+	for _, stage := range abi.Stages {
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%s/%s/lastGood=%t", stage, tt.policy, tt.lastGood), func(t *testing.T) {
+				rec := &recorder{calls: map[string]int{}, failed: map[string]int{}}
+				var opts pipeline.Options
+				opts.Modules[stage], opts.Policies[stage] = m, tt.policy
+				opts.Observer = rec
+				p := pipeline.New(opts)
+				if tt.lastGood {
+					for i, r := range p.Run(context.Background(), node, behaving(4, 1, nil)) {
+						if r.Source != pipeline.SourceModules {
+							t.Fatalf("good run: port %d: %s: %v", i, r.Source, r.Err)
+						}
+					}
+				}
+				in := behaving(4, 2, bad)
+				for i, r := range p.Run(context.Background(), node, in) {
+					if _, isBad := bad[i]; !isBad {
+						if r.Source != pipeline.SourceModules {
+							t.Errorf("port %d: good port affected: %s: %v", i, r.Source, r.Err)
+						}
+						continue
+					}
+					if r.Source != tt.want || r.Err == nil {
+						t.Errorf("port %d: source %s (err %v), want %s with the error", i, r.Source, r.Err, tt.want)
+					}
+					wantSubnet := byte(2) // this run's endpoints
+					if tt.want == pipeline.SourceLastGood {
+						wantSubnet = 1 // the good run's
+					} else if want := reference.Categorize(&node, &in[i].ServicePort); !reflect.DeepEqual(r.Decision, want) {
+						t.Errorf("port %d: decision %+v, want the reference's %+v", i, r.Decision, want)
+					}
+					if len(r.Endpoints) != 1 || r.Endpoints[0].Addr.As4()[1] != wantSubnet {
+						t.Errorf("port %d: endpoints %v, want those of 10.%d.0.0/16", i, r.Endpoints, wantSubnet)
+					}
+				}
+				if got := rec.fallbacks[stage][tt.want]; got != len(bad) {
+					t.Errorf("Fallbacks[%s][%s] = %d, want %d", stage, tt.want, got, len(bad))
+				}
+				if got := rec.failed["misbehave "+stage.String()+" "+tt.want.String()+" trap"]; got != 1 {
+					t.Errorf("PortFailed %v, want the trapping port once with source %s", rec.failed, tt.want)
+				}
+			})
+		}
 	}
 }

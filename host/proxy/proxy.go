@@ -138,22 +138,24 @@ type Proxy struct {
 
 // moduleSwap is a SetModules waiting for the sync goroutine.
 type moduleSwap struct {
-	mods [len(abi.Stages) + 1]pipeline.Module
-	done func(applied bool)
+	mods     [len(abi.Stages) + 1]pipeline.Module
+	policies [len(abi.Stages) + 1]pipeline.FailurePolicy
+	done     func(applied bool)
 }
 
-// SetModules swaps the module chain (hot reload): the next sync, which is
-// queued now, puts mods into the pipeline and re-evaluates every service
-// port; the backends then program only what changed. done, if not nil, is
-// called once: with true, on the sync goroutine, when the pipeline runs
-// mods (the previous modules are no longer used and may be closed); or
-// with false, by the SetModules that replaced this one before it was
-// applied (mods were never used). A port the new modules fail for keeps its last
-// good decision. Safe to call at any time, before Run included.
-func (p *Proxy) SetModules(mods [len(abi.Stages) + 1]pipeline.Module, done func(applied bool)) {
+// SetModules swaps the module chain and the stages' failure policies (hot
+// reload): the next sync, which is queued now, puts mods and policies into
+// the pipeline and re-evaluates every service port; the backends then
+// program only what changed. done, if not nil, is called once: with true,
+// on the sync goroutine, when the pipeline runs mods (the previous modules
+// are no longer used and may be closed); or with false, by the SetModules
+// that replaced this one before it was applied (mods were never used). A
+// port the new modules fail for gets what its stage's policy says
+// (pipeline.FailurePolicy). Safe to call at any time, before Run included.
+func (p *Proxy) SetModules(mods [len(abi.Stages) + 1]pipeline.Module, policies [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(applied bool)) {
 	p.swapMu.Lock()
 	old := p.swap
-	p.swap = &moduleSwap{mods: mods, done: done}
+	p.swap = &moduleSwap{mods: mods, policies: policies, done: done}
 	p.swapMu.Unlock()
 	if old != nil && old.done != nil {
 		old.done(false)
@@ -171,7 +173,7 @@ func (p *Proxy) applySwap() bool {
 	if sw == nil {
 		return false
 	}
-	p.opts.Pipeline.SetModules(sw.mods)
+	p.opts.Pipeline.SetModules(sw.mods, sw.policies)
 	if sw.done != nil {
 		sw.done(true)
 	}

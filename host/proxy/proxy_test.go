@@ -691,10 +691,13 @@ func TestSetModules(t *testing.T) {
 	p, be := start(t, client)
 	waitFor(t, "the first sync", func() bool { return be.Dump() == webDump })
 
-	var mods [len(abi.Stages) + 1]pipeline.Module
+	var (
+		mods     [len(abi.Stages) + 1]pipeline.Module
+		policies [len(abi.Stages) + 1]pipeline.FailurePolicy
+	)
 	mods[abi.StageEndpointSelection] = double
 	applied := make(chan bool, 2)
-	p.SetModules(mods, func(ok bool) { applied <- ok })
+	p.SetModules(mods, policies, func(ok bool) { applied <- ok })
 	waitFor(t, "the new module's weights", func() bool { return strings.Contains(be.Dump(), "10.244.1.10:8080 weight 2") })
 	if ok := <-applied; !ok {
 		t.Fatal("the swap was reported not applied")
@@ -702,8 +705,8 @@ func TestSetModules(t *testing.T) {
 
 	// Back to the native semantics; a swap replaced before any sync ran
 	// is reported unapplied.
-	p.SetModules(mods, func(ok bool) { applied <- ok })
-	p.SetModules([len(abi.Stages) + 1]pipeline.Module{}, func(ok bool) { applied <- ok })
+	p.SetModules(mods, policies, func(ok bool) { applied <- ok })
+	p.SetModules([len(abi.Stages) + 1]pipeline.Module{}, policies, func(ok bool) { applied <- ok })
 	waitFor(t, "the default weights again", func() bool { return be.Dump() == webDump })
 	got := []bool{<-applied, <-applied}
 	if !reflect.DeepEqual(got, []bool{false, true}) && !reflect.DeepEqual(got, []bool{true, true}) {
