@@ -338,7 +338,7 @@ func newRunConfig(c *v1alpha1.WaspConfiguration, f *runFlags, hostname func() (s
 // reads the module's public keys (inline PEM, or the path of a PEM file).
 func moduleSpec(m v1alpha1.ModuleConfiguration) (chain.Spec, error) {
 	stage, _ := abi.ParseStage(m.Stage)
-	spec := chain.Spec{Stage: stage, Source: m.Source, Limits: runtime.Limits{
+	spec := chain.Spec{Stage: stage, Source: m.Source, Config: m.Config, Limits: runtime.Limits{
 		MemoryBytes: uint64(m.Limits.Memory.Value()),
 		Timeout:     m.Limits.Timeout.Duration,
 		Instances:   int(m.Limits.Instances),
@@ -365,18 +365,6 @@ func moduleSpec(m v1alpha1.ModuleConfiguration) (chain.Spec, error) {
 		spec.PublicKeys = append(spec.PublicKeys, keys...)
 	}
 	return spec, nil
-}
-
-// notApplied lists what a valid configuration asks for that wasp run does
-// not do yet, for a warning each at start.
-func notApplied(c *v1alpha1.WaspConfiguration) []string {
-	var out []string
-	for i, m := range c.Modules {
-		if len(m.Config) > 0 {
-			out = append(out, fmt.Sprintf("modules[%d].config: not passed to the module: ABI v1 has no configuration input", i))
-		}
-	}
-	return out
 }
 
 // watchConfigFile returns a function that blocks until ctx is done (nil)

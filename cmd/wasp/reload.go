@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -345,10 +346,10 @@ func (r *moduleReloader) close() {
 }
 
 // sameModules reports whether a and b run the same modules with the same
-// failure policies.
+// configurations and failure policies.
 func sameModules(a, b *chain.Chain) bool {
 	for _, s := range abi.Stages {
-		if a.Modules[s].Digest != b.Modules[s].Digest || a.Policies[s] != b.Policies[s] {
+		if a.Modules[s].Digest != b.Modules[s].Digest || !bytes.Equal(a.Modules[s].Config, b.Modules[s].Config) || a.Policies[s] != b.Policies[s] {
 			return false
 		}
 	}

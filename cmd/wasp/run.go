@@ -306,9 +306,6 @@ func (f *runFlags) run(cmd *cobra.Command, e env) error {
 	if err := setupNode(ctx, e, cfg); err != nil || c.initOnly {
 		return err
 	}
-	for _, s := range notApplied(cfg) {
-		warn(s)
-	}
 	if f.configFile == "" {
 		return runProxy(ctx, e, c)
 	}

@@ -35,6 +35,9 @@ type Spec struct {
 	// FailurePolicy is what a service port gets when the module fails for
 	// it; optional, default KeepLastGood.
 	FailurePolicy pipeline.FailurePolicy
+	// Config is the module's own configuration (JSON), handed to it
+	// through wasp_configure (runtime.WithConfig); optional.
+	Config []byte
 }
 
 // ParseSpec parses "STAGE=SOURCE", as given to --module.
@@ -108,7 +111,9 @@ type Chain struct {
 }
 
 // Load loads the modules of specs, and the builtin default for every stage
-// without a spec. A module must implement the stage it is assigned to.
+// without a spec. A module must implement the stage it is assigned to, and
+// accept its spec's Config (errors.Is(err, runtime.ErrConfigRejected)
+// when it does not).
 //
 // oci:// sources are pulled into OCICacheDir(rt.CacheDir()), with the
 // credentials of docker's configuration ($DOCKER_CONFIG/config.json, by
@@ -119,6 +124,7 @@ func Load(ctx context.Context, rt *runtime.Runtime, specs []Spec) (*Chain, error
 	var (
 		limits [len(abi.Stages) + 1]runtime.Limits
 		keys   [len(abi.Stages) + 1][]crypto.PublicKey
+		config [len(abi.Stages) + 1][]byte
 	)
 	for _, b := range modules.Builtins {
 		c.Sources[b.Stage] = "builtin:" + b.Name
@@ -126,11 +132,12 @@ func Load(ctx context.Context, rt *runtime.Runtime, specs []Spec) (*Chain, error
 	for _, s := range specs {
 		c.Sources[s.Stage], limits[s.Stage], keys[s.Stage] = s.Source, s.Limits, s.PublicKeys
 		c.Policies[s.Stage] = s.FailurePolicy
+		config[s.Stage] = s.Config
 	}
 	for _, stage := range abi.Stages {
 		stageSrc := src
 		stageSrc.OCI.PublicKeys = keys[stage]
-		m, err := load(ctx, rt, stageSrc, c.Sources[stage], limits[stage], stage)
+		m, err := load(ctx, rt, stageSrc, c.Sources[stage], limits[stage], stage, runtime.WithConfig(config[stage]))
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("stage %s: %w", stage, err)
@@ -141,12 +148,12 @@ func Load(ctx context.Context, rt *runtime.Runtime, specs []Spec) (*Chain, error
 }
 
 // load reads, compiles and checks the module of one stage.
-func load(ctx context.Context, rt *runtime.Runtime, src Sources, source string, limits runtime.Limits, stage abi.Stage) (*runtime.Module, error) {
+func load(ctx context.Context, rt *runtime.Runtime, src Sources, source string, limits runtime.Limits, stage abi.Stage, opts ...runtime.LoadOption) (*runtime.Module, error) {
 	wasm, err := src.Read(ctx, source)
 	if err != nil {
 		return nil, err
 	}
-	m, err := rt.Load(ctx, source, wasm, limits)
+	m, err := rt.Load(ctx, source, wasm, limits, opts...)
 	if err != nil {
 		return nil, err
 	}

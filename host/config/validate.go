@@ -280,7 +280,10 @@ func validateModules(ms []v1alpha1.ModuleConfiguration, p *field.Path) field.Err
 		seen[stage] = true
 		errs = append(errs, validateSource(m.Source, stage, ok, mp.Child("source"))...)
 
-		if c := bytes.TrimSpace(m.Config); len(c) > 0 && string(c) != "null" && c[0] != '{' {
+		switch c := bytes.TrimSpace(m.Config); {
+		case len(c) > abi.MaxConfigLen:
+			errs = append(errs, field.TooLong(mp.Child("config"), "", abi.MaxConfigLen))
+		case len(c) > 0 && string(c) != "null" && c[0] != '{':
 			errs = append(errs, field.Invalid(mp.Child("config"), string(c), "must be an object"))
 		}
 		lp := mp.Child("limits")

@@ -150,6 +150,9 @@ func TestValidateErrors(t *testing.T) {
 			[]string{`modules[1].source: Invalid value: "/etc/wasp/policy.wasm": must be builtin:NAME, file:///PATH or oci://REPOSITORY@sha256:DIGEST`}},
 		{"module config", func(c *v1alpha1.WaspConfiguration) { c.Modules[1].Config = json.RawMessage(`[1]`) },
 			[]string{`modules[1].config: Invalid value: "[1]": must be an object`}},
+		{"module config too long", func(c *v1alpha1.WaspConfiguration) {
+			c.Modules[1].Config = json.RawMessage(`{"a":"` + strings.Repeat("x", 1<<20) + `"}`)
+		}, []string{`modules[1].config: Too long: may not be more than 1048576 bytes`}},
 		{"module limits", func(c *v1alpha1.WaspConfiguration) {
 			l := &c.Modules[0].Limits
 			l.Memory, l.Timeout, l.Instances = resource.NewQuantity(5<<30, resource.BinarySI), &metav1.Duration{}, -1
