@@ -58,6 +58,9 @@ type Options struct {
 	// error wrapping ErrNoSignature, ErrBadSignature, ErrSignatureMismatch
 	// or ErrMalformedSignature.
 	PublicKeys []crypto.PublicKey
+	// Observer is told about every Pull and look-up in the cache, for
+	// metrics; optional.
+	Observer Observer
 }
 
 // Client pulls and pushes module artifacts.
@@ -131,9 +134,11 @@ type Artifact struct {
 func (c *Client) Pull(ctx context.Context, ref string) (*Artifact, error) {
 	r, err := c.parsePinned(ref)
 	if err != nil {
+		c.observePull(nil, err)
 		return nil, err
 	}
 	a, err := c.pull(ctx, r)
+	c.observePull(a, err)
 	if err != nil {
 		return nil, fmt.Errorf("module %q: %w", ref, err)
 	}
@@ -257,7 +262,10 @@ func (c *Client) fetch(ctx context.Context, src fetchFunc, desc ocispec.Descript
 		return nil, false, fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, desc.Size, limit)
 	}
 	if c.cache != nil {
-		if data, err := c.cache.get(desc.Digest, limit); err == nil && (desc.Size < 0 || int64(len(data)) == desc.Size) {
+		data, err := c.cache.get(desc.Digest, limit)
+		hit := err == nil && (desc.Size < 0 || int64(len(data)) == desc.Size)
+		c.observeBlobCache(hit)
+		if hit {
 			return data, true, nil
 		}
 	}
