@@ -34,6 +34,11 @@ type Config struct {
 	CacheDir string
 	// Interrupt selects the deadline mechanism. Optional.
 	Interrupt Interrupt
+	// Compiled, if set, is told about every compilation a Load asks for:
+	// cached reports that no machine code was compiled, as this runtime
+	// had compiled the module before or, with CacheDir, found it there.
+	// For metrics; optional.
+	Compiled func(cached bool)
 }
 
 // Runtime compiles and runs modules. It is safe for concurrent use.
@@ -120,13 +125,16 @@ func (r *Runtime) compile(ctx context.Context, pages uint32, digest string, bin 
 	}
 	key := compiledKey{pages, digest}
 	if c, ok := r.compiled[key]; ok {
+		r.observeCompiled(true)
 		return e, c, nil
 	}
+	files := r.cachedFiles()
 	c, err := e.CompileModule(ctx, bin)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: compile: %w", ErrInvalidModule, err)
+		return nil, nil, classified{fmt.Errorf("%w: compile: %w", ErrInvalidModule, err), ErrCompile}
 	}
 	r.compiled[key] = c
+	r.observeCompiled(files >= 0 && r.cachedFiles() == files)
 	return e, c, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	goruntime "runtime"
 	"strings"
 	"sync"
+	"slices"
 	"testing"
 	"time"
 
@@ -365,17 +366,21 @@ func TestMinHostVersion(t *testing.T) {
 }
 
 // TestCompilationCache: a runtime with a cache directory leaves compiled
-// code there, and a second runtime loads from it.
+// code there, and a second runtime loads from it; Config.Compiled hears of
+// a miss, then hits: the runtime's own, then the directory's.
 func TestCompilationCache(t *testing.T) {
 	dir := t.TempDir()
 	wasm, err := modules.Wasm("selection")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var cached []bool
 	for i := range 2 {
-		r := newRuntime(t, runtime.Config{CacheDir: dir})
-		if _, err := r.Load(context.Background(), "selection", wasm, runtime.Limits{Instances: 1}); err != nil {
-			t.Fatalf("load %d: %v", i, err)
+		r := newRuntime(t, runtime.Config{CacheDir: dir, Compiled: func(c bool) { cached = append(cached, c) }})
+		for range 2 - i {
+			if _, err := r.Load(context.Background(), "selection", wasm, runtime.Limits{Instances: 1}); err != nil {
+				t.Fatalf("load %d: %v", i, err)
+			}
 		}
 		var files int
 		_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, _ error) error {
@@ -387,6 +392,9 @@ func TestCompilationCache(t *testing.T) {
 		if files == 0 {
 			t.Fatalf("load %d: nothing cached in %s", i, dir)
 		}
+	}
+	if want := []bool{false, true, true}; !slices.Equal(cached, want) {
+		t.Errorf("Compiled told %v, want %v", cached, want)
 	}
 }
 
