@@ -119,7 +119,13 @@ type Chain struct {
 // credentials of docker's configuration ($DOCKER_CONFIG/config.json, by
 // default ~/.docker/config.json).
 func Load(ctx context.Context, rt *runtime.Runtime, specs []Spec) (*Chain, error) {
-	src := Sources{OCI: oci.Options{CacheDir: OCICacheDir(rt.CacheDir()), DockerConfig: true}}
+	return Loader{Runtime: rt}.Load(ctx, specs)
+}
+
+// Load is the package's Load into l.Runtime, telling l.Observer.
+func (l Loader) Load(ctx context.Context, specs []Spec) (*Chain, error) {
+	rt := l.Runtime
+	src := Sources{OCI: oci.Options{CacheDir: OCICacheDir(rt.CacheDir()), DockerConfig: true, Observer: l.Observer}}
 	c := &Chain{}
 	var (
 		limits [len(abi.Stages) + 1]runtime.Limits
@@ -138,6 +144,7 @@ func Load(ctx context.Context, rt *runtime.Runtime, specs []Spec) (*Chain, error
 		stageSrc := src
 		stageSrc.OCI.PublicKeys = keys[stage]
 		m, err := load(ctx, rt, stageSrc, c.Sources[stage], limits[stage], stage, runtime.WithConfig(config[stage]))
+		l.loaded(stage, err)
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("stage %s: %w", stage, err)
@@ -151,7 +158,7 @@ func Load(ctx context.Context, rt *runtime.Runtime, specs []Spec) (*Chain, error
 func load(ctx context.Context, rt *runtime.Runtime, src Sources, source string, limits runtime.Limits, stage abi.Stage, opts ...runtime.LoadOption) (*runtime.Module, error) {
 	wasm, err := src.Read(ctx, source)
 	if err != nil {
-		return nil, err
+		return nil, classified{err, errFetch}
 	}
 	m, err := rt.Load(ctx, source, wasm, limits, opts...)
 	if err != nil {
@@ -159,7 +166,7 @@ func load(ctx context.Context, rt *runtime.Runtime, src Sources, source string, 
 	}
 	if !m.Metadata.Implements(stage) {
 		m.Close()
-		return nil, fmt.Errorf("module %q (%s) implements %v, not %s", source, m.Metadata.Name, m.Metadata.Stages, stage)
+		return nil, classified{fmt.Errorf("module %q (%s) implements %v, not %s", source, m.Metadata.Name, m.Metadata.Stages, stage), runtime.ErrInvalidModule}
 	}
 	return m, nil
 }
