@@ -19,6 +19,7 @@ import (
 func newModuleBenchCommand() *cobra.Command {
 	var (
 		moduleFlags     []string
+		configFlags     []string
 		cacheDir        string
 		ports, eps, run int
 	)
@@ -32,19 +33,16 @@ the builtin chain, one full recompute per run, alternating, and prints the
 median time of each, the time per service port, the ports that fell back
 after a module failure, and the ratio to the builtin chain.`,
 		Example: `  wasp module bench --module endpoint-selection=./zone-drain.wasm
-  wasp module bench --module endpoint-selection=./m.wasm --ports 1000 --runs 10`,
+  wasp module bench --module endpoint-selection=./m.wasm --ports 1000 --runs 10
+  wasp module bench --module endpoint-selection=./zone-drain.wasm --config drain.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ports <= 0 || eps <= 0 || run <= 0 {
 				return fmt.Errorf("--ports, --endpoints and --runs must be positive")
 			}
-			var specs []chain.Spec
-			for _, m := range moduleFlags {
-				s, err := chain.ParseSpec(m)
-				if err != nil {
-					return fmt.Errorf("--module: %w", err)
-				}
-				specs = append(specs, s)
+			specs, err := moduleFlagSpecs(moduleFlags, configFlags)
+			if err != nil {
+				return err
 			}
 			rt, err := runtime.New(runtime.Config{CacheDir: cacheDir})
 			if err != nil {
@@ -99,6 +97,7 @@ after a module failure, and the ratio to the builtin chain.`,
 			return w.Flush()
 		},
 	}
+	cmd.Flags().StringArrayVar(&configFlags, "config", nil, configFlagUsage)
 	cmd.Flags().StringArrayVar(&moduleFlags, "module", nil, "STAGE=SOURCE: the module under test for a stage (repeatable)")
 	cmd.Flags().StringVar(&cacheDir, "cache-dir", defaultCacheDir(), `where compiled modules are cached across runs ("": no cache)`)
 	cmd.Flags().IntVar(&ports, "ports", 10000, "service ports in the batch")

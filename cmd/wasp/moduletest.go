@@ -5,7 +5,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/wasp-proxy/wasp/host/chain"
 	"github.com/wasp-proxy/wasp/host/moduletest"
 	"github.com/wasp-proxy/wasp/host/runtime"
 )
@@ -13,6 +12,7 @@ import (
 func newModuleTestCommand() *cobra.Command {
 	var (
 		moduleFlags []string
+		configFlags []string
 		cacheDir    string
 	)
 	cmd := &cobra.Command{
@@ -22,19 +22,17 @@ func newModuleTestCommand() *cobra.Command {
 ModuleTest: an objects file, a node, and what each Service port must give,
 as wasp explain prints it) and reports every mismatch. It exits non-zero if
 a case fails: the harness for a module's CI. --module entries take their
-stage before the scenario's own modules. See host/moduletest for the
-format.`,
+stage before the scenario's own modules; --config gives one of them its
+configuration, which a case may replace (config, rejected). See
+host/moduletest for the format.`,
 		Example: `  wasp module test testdata/scenario.yaml
-  wasp module test --module endpoint-selection=./module.wasm testdata/*.yaml`,
+  wasp module test --module endpoint-selection=./module.wasm testdata/*.yaml
+  wasp module test --module endpoint-selection=./module.wasm --config config.yaml testdata/scenario.yaml`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var extra []chain.Spec
-			for _, m := range moduleFlags {
-				s, err := chain.ParseSpec(m)
-				if err != nil {
-					return fmt.Errorf("--module: %w", err)
-				}
-				extra = append(extra, s)
+			extra, err := moduleFlagSpecs(moduleFlags, configFlags)
+			if err != nil {
+				return err
 			}
 			rt, err := runtime.New(runtime.Config{CacheDir: cacheDir})
 			if err != nil {
@@ -60,6 +58,7 @@ format.`,
 			return moduletest.Report(cmd.OutOrStdout(), all)
 		},
 	}
+	cmd.Flags().StringArrayVar(&configFlags, "config", nil, configFlagUsage)
 	cmd.Flags().StringArrayVar(&moduleFlags, "module", nil, "STAGE=SOURCE: the module under test for a stage (repeatable)")
 	cmd.Flags().StringVar(&cacheDir, "cache-dir", defaultCacheDir(), `where compiled modules are cached across runs ("": no cache)`)
 	return cmd

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/wasp-proxy/wasp/abi"
@@ -11,7 +12,37 @@ import (
 	"github.com/wasp-proxy/wasp/host/moduletest"
 	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/internal/modbuild"
+	"github.com/wasp-proxy/wasp/sdk/go/wasp/wasptest"
 )
+
+// TestConfigure checks the module's validation of its configuration,
+// natively.
+func TestConfigure(t *testing.T) {
+	defer func() { _ = wasptest.Configure(nil) }()
+	tests := []struct {
+		config string
+		want   string // in the rejection; "" accepted
+	}{
+		{"", ""},
+		{`{}`, ""},
+		{`{"annotation": "example.com/maintenance", "zones": ["zone-b", "zone-c"]}`, ""},
+		{`{"annotation": "maintenance"}`, ""},
+		{`{"zones": ["zone-b", ""]}`, "zones[1]: empty zone name"},
+		{`{"zones": ["zone-b", "zone-b"]}`, `zones[1]: "zone-b" is listed twice`},
+		{`{"zones": "zone-b"}`, "cannot unmarshal string"},
+		{`{"zone": ["zone-b"]}`, `unknown field "zone"`},
+		{`{"annotation": ""}`, "the name must have 1 to 63 characters"},
+		{`{"annotation": "Example.com/x"}`, "the prefix must be a lower-case DNS subdomain"},
+		{`{"annotation": "example.com/-x"}`, `may not have '-' there`},
+		{`{"annotation": "example.com/a b"}`, `may not have ' ' there`},
+	}
+	for _, tc := range tests {
+		err := wasptest.Configure([]byte(tc.config))
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: got %v, want %q", tc.config, err, tc.want)
+		}
+	}
+}
 
 // TestScenario builds the module to Wasm and runs testdata/scenario.yaml
 // through it, as `wasp module test` does in a module's CI.

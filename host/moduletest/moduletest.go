@@ -9,10 +9,13 @@
 //	modules:                     # optional: the chain under test (the
 //	- stage: endpoint-selection  # command line's --module entries come
 //	  source: ./module.wasm      # first); sources relative to the file
+//	  config: {zones: [zone-b]}  # optional: the module's own configuration
 //	cases:
 //	- name: prefers the local node
 //	  objects: cluster.yaml      # Nodes, Services, EndpointSlices; relative to the file
 //	  node: node-a
+//	  config:                    # optional: this case's configuration of
+//	    endpoint-selection: {}   # a stage's module under test
 //	  expect:
 //	  - service: demo/web        # namespace/name
 //	    port: http               # optional: every port of the Service
@@ -26,6 +29,15 @@
 // Fields are compared as `wasp explain` prints them (docs/explain.md):
 // endpoints as ip:port sorted, null (unused, or no local endpoint) apart
 // from [] (used, none).
+//
+// A case that checks a module's validation of its configuration gives the
+// configuration and, instead of objects, a node and expectations, what the
+// module's rejection must contain:
+//
+//   - name: an empty zone name is refused
+//     config:
+//     endpoint-selection: {zones: [zone-b, ""]}
+//     rejected: "zones[1]: empty zone name"
 package moduletest
 
 import (
@@ -38,6 +50,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -70,6 +83,8 @@ type Scenario struct {
 type Module struct {
 	Stage  string `json:"stage"`
 	Source string `json:"source"`
+	// Config is the module's own configuration, a YAML or JSON object.
+	Config json.RawMessage `json:"config,omitempty"`
 }
 
 // Case is one cluster, one node, and what is expected of its ports.
@@ -78,6 +93,13 @@ type Case struct {
 	Objects string   `json:"objects"`
 	Node    string   `json:"node"`
 	Expect  []Expect `json:"expect"`
+	// Config replaces, for this case, the configuration of the module
+	// under test of each stage it names.
+	Config map[string]json.RawMessage `json:"config,omitempty"`
+	// Rejected, when set, is what the load of the case's chain must fail
+	// with: a module rejects its configuration with a message that
+	// contains it. Such a case has no objects, node or expectations.
+	Rejected string `json:"rejected,omitempty"`
 }
 
 // Expect is what one Service's ports must give; absent fields are not
@@ -139,14 +161,35 @@ func Load(path string) (*Scenario, error) {
 		if m.Source == "" {
 			bad("modules[%d].source: required", i)
 		}
+		if !isObject(m.Config) {
+			bad("modules[%d].config: %s, want an object", i, m.Config)
+		}
 	}
 	if len(s.Cases) == 0 {
 		bad("cases: none")
 	}
 	for i, c := range s.Cases {
-		for field, v := range map[string]string{"name": c.Name, "objects": c.Objects, "node": c.Node} {
+		required := map[string]string{"name": c.Name, "objects": c.Objects, "node": c.Node}
+		if c.Rejected != "" {
+			required = map[string]string{"name": c.Name}
+			if c.Objects != "" || c.Node != "" || len(c.Expect) > 0 {
+				bad("cases[%d]: a case with rejected has no objects, node or expect", i)
+			}
+			if len(c.Config) == 0 {
+				bad("cases[%d].config: required with rejected", i)
+			}
+		}
+		for field, v := range required {
 			if v == "" {
 				bad("cases[%d].%s: required", i, field)
+			}
+		}
+		for stage, config := range c.Config {
+			if _, ok := abi.ParseStage(stage); !ok {
+				bad("cases[%d].config: %q is no stage (topology, traffic-policy, endpoint-selection)", i, stage)
+			}
+			if !isObject(config) {
+				bad("cases[%d].config.%s: %s, want an object", i, stage, config)
 			}
 		}
 		for j, e := range c.Expect {
@@ -181,10 +224,32 @@ func (s *Scenario) Specs(extra []chain.Spec) []chain.Spec {
 			taken = taken || e.Stage == stage
 		}
 		if !taken {
-			out = append(out, chain.Spec{Stage: stage, Source: s.path(m.Source)})
+			out = append(out, chain.Spec{Stage: stage, Source: s.path(m.Source), Config: m.Config})
 		}
 	}
 	return out
+}
+
+// isObject reports whether a configuration is absent, null or a JSON
+// object.
+func isObject(config json.RawMessage) bool {
+	c := bytes.TrimSpace(config)
+	return len(c) == 0 || string(c) == "null" || c[0] == '{'
+}
+
+// specs returns the chain of a case: specs with the case's
+// configurations.
+func (tc Case) specs(specs []chain.Spec) ([]chain.Spec, error) {
+	out := append([]chain.Spec(nil), specs...)
+	for name, config := range tc.Config {
+		stage, _ := abi.ParseStage(name)
+		i := slices.IndexFunc(out, func(s chain.Spec) bool { return s.Stage == stage })
+		if i < 0 {
+			return nil, fmt.Errorf("config.%s: no module under test for the stage", name)
+		}
+		out[i].Config = config
+	}
+	return out, nil
 }
 
 // path resolves a relative file path or plain-path source.
@@ -205,25 +270,74 @@ type Result struct {
 // Passed reports whether the case ran and every expectation held.
 func (r Result) Passed() bool { return r.Err == nil && len(r.Mismatches) == 0 }
 
-// Run runs every case of s through the chain of specs.
+// Run runs every case of s through the chain of specs. A case with its
+// own configuration runs through a chain of its own. The error is that of
+// loading the chain of specs, which a case without configuration needs.
 func Run(ctx context.Context, rt *runtime.Runtime, s *Scenario, specs []chain.Spec) ([]Result, error) {
-	c, err := chain.Load(ctx, rt, specs)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
+	var base *chain.Chain
+	defer func() {
+		if base != nil {
+			base.Close()
+		}
+	}()
 	var out []Result
 	for _, tc := range s.Cases {
 		r := Result{Case: tc.Name}
-		docs, err := explainCase(ctx, s, tc, c)
+		if len(tc.Config) == 0 {
+			if base == nil {
+				var err error
+				if base, err = chain.Load(ctx, rt, specs); err != nil {
+					return nil, err
+				}
+			}
+			r.Mismatches, r.Err = runCase(ctx, s, tc, base)
+			out = append(out, r)
+			continue
+		}
+		cs, err := tc.specs(specs)
 		if err != nil {
 			r.Err = err
-		} else {
-			r.Mismatches = compare(tc.Expect, docs)
+			out = append(out, r)
+			continue
+		}
+		c, err := chain.Load(ctx, rt, cs)
+		switch {
+		case tc.Rejected != "":
+			r.Mismatches = rejection(tc.Rejected, err)
+		case err != nil:
+			r.Err = err
+		default:
+			r.Mismatches, r.Err = runCase(ctx, s, tc, c)
+		}
+		if c != nil {
+			c.Close()
 		}
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// runCase explains the case's objects through c and compares.
+func runCase(ctx context.Context, s *Scenario, tc Case, c *chain.Chain) ([]string, error) {
+	docs, err := explainCase(ctx, s, tc, c)
+	if err != nil {
+		return nil, err
+	}
+	return compare(tc.Expect, docs), nil
+}
+
+// rejection checks that a chain's load failed with a rejected
+// configuration whose error contains want.
+func rejection(want string, err error) []string {
+	switch {
+	case err == nil:
+		return []string{fmt.Sprintf("the configuration was accepted, want it rejected with %q", want)}
+	case !errors.Is(err, runtime.ErrConfigRejected):
+		return []string{fmt.Sprintf("the chain did not load (%v), want a rejected configuration", err)}
+	case !strings.Contains(err.Error(), want):
+		return []string{fmt.Sprintf("rejected with %q, want %q in it", err, want)}
+	}
+	return nil
 }
 
 func explainCase(ctx context.Context, s *Scenario, tc Case, c *chain.Chain) ([]explain.Document, error) {

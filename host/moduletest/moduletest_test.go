@@ -99,6 +99,11 @@ func TestLoadErrors(t *testing.T) {
 		{"case without node", "apiVersion: wasp.dev/v1alpha1\nkind: ModuleTest\ncases: [{name: a, objects: c.yaml}]\n", "cases[0].node: required"},
 		{"bad stage", "apiVersion: wasp.dev/v1alpha1\nkind: ModuleTest\nmodules: [{stage: routing, source: m.wasm}]\ncases: [{name: a, objects: c.yaml, node: n}]\n", "modules[0].stage"},
 		{"bad service", "apiVersion: wasp.dev/v1alpha1\nkind: ModuleTest\ncases: [{name: a, objects: c.yaml, node: n, expect: [{service: web}]}]\n", "expect[0].service"},
+		{"module config not an object", "apiVersion: wasp.dev/v1alpha1\nkind: ModuleTest\nmodules: [{stage: topology, source: m.wasm, config: [1]}]\ncases: [{name: a, objects: c.yaml, node: n}]\n", "modules[0].config: [1], want an object"},
+		{"case config of no stage", "apiVersion: wasp.dev/v1alpha1\nkind: ModuleTest\ncases: [{name: a, objects: c.yaml, node: n, config: {routing: {}}}]\n", `cases[0].config: "routing" is no stage`},
+		{"case config not an object", "apiVersion: wasp.dev/v1alpha1\nkind: ModuleTest\ncases: [{name: a, objects: c.yaml, node: n, config: {topology: 1}}]\n", "cases[0].config.topology: 1, want an object"},
+		{"rejected with objects", "apiVersion: wasp.dev/v1alpha1\nkind: ModuleTest\ncases: [{name: a, objects: c.yaml, config: {topology: {}}, rejected: no}]\n", "cases[0]: a case with rejected has no objects, node or expect"},
+		{"rejected without config", "apiVersion: wasp.dev/v1alpha1\nkind: ModuleTest\ncases: [{name: a, rejected: no}]\n", "cases[0].config: required with rejected"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "s.yaml")
