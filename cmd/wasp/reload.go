@@ -60,6 +60,9 @@ type moduleReloader struct {
 	reloaded func(trigger, result string)
 	// loadFailed, if set, is told about every load that failed (Events).
 	loadFailed func(err error)
+	// observer, if set, is told about the loads' pulls and stages
+	// (metrics).
+	observer chain.Observer
 }
 
 // count reports a load's outcome to reloaded and loadFailed.
@@ -305,7 +308,7 @@ func (r *moduleReloader) apply(ctx context.Context, specs []chain.Spec, why stri
 			r.seen[path], _ = statFile(path)
 		}
 	}
-	next, err := chain.Load(ctx, r.rt, specs)
+	next, err := chain.Loader{Runtime: r.rt, Observer: r.observer}.Load(ctx, specs)
 	if err != nil {
 		return nil, false, err
 	}

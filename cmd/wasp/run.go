@@ -462,12 +462,13 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		return err
 	}
 
-	rt, err := runtime.New(runtime.Config{CacheDir: c.cacheDir})
+	mx := metrics.New(families...)
+	rt, err := runtime.New(runtime.Config{CacheDir: c.cacheDir, Compiled: mx.ModuleCompiled})
 	if err != nil {
 		return err
 	}
 	defer rt.Close(context.WithoutCancel(ctx))
-	ch, err := loadStartChain(ctx, rt, c)
+	ch, err := loadStartChain(ctx, chain.Loader{Runtime: rt, Observer: mx.Modules()}, c)
 	if err != nil {
 		if ctx.Err() != nil {
 			// SIGTERM while modules were compiling or instantiating: the
@@ -480,7 +481,6 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 	rl := newModuleReloader(rt, c.specs, ch)
 	defer rl.close()
 
-	mx := metrics.New(families...)
 	mx.SetChain(ch)
 	if c.metricsBindAddress != "" {
 		goRun(func() { mx.Serve(ctx, c.metricsBindAddress) })
@@ -565,6 +565,7 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 	goRun(func() { releaseWhenIdle(ctx, func() uint64 { return p.Stats().Syncs }) })
 	rl.swap, rl.loaded = p.SetModules, mx.SetChain
 	rl.reloaded, rl.loadFailed = mx.ModuleReload, ev.ModuleLoadFailed
+	rl.observer = mx.Modules()
 	goRun(func() { rl.run(ctx, moduleReloadPeriod) })
 	if src == nil {
 		goRun(func() { watchCatalog(ctx, c, client, rl, ev) })
@@ -586,8 +587,8 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 // start on their builtin module instead (the file reloader tries the
 // configured ones again when their files change); with KeepLastGood there
 // is nothing to keep at start, and the error stops wasp.
-func loadStartChain(ctx context.Context, rt *runtime.Runtime, c *runConfig) (*chain.Chain, error) {
-	ch, err := chain.Load(ctx, rt, c.specs)
+func loadStartChain(ctx context.Context, l chain.Loader, c *runConfig) (*chain.Chain, error) {
+	ch, err := l.Load(ctx, c.specs)
 	if err == nil || ctx.Err() != nil {
 		return ch, err
 	}
@@ -610,7 +611,7 @@ func loadStartChain(ctx context.Context, rt *runtime.Runtime, c *runConfig) (*ch
 		}
 	}
 	klog.FromContext(ctx).Error(err, "Modules did not load; the stages whose failurePolicy is Builtin start on the builtin module")
-	ch, ferr := chain.Load(ctx, rt, kept)
+	ch, ferr := l.Load(ctx, kept)
 	if ferr != nil {
 		return nil, errors.Join(err, ferr)
 	}

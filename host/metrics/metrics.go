@@ -43,6 +43,7 @@ type Metrics struct {
 
 	kubeProxy
 	wasp
+	moduleSources
 }
 
 // New returns Metrics in a registry of their own, with the Go runtime and
@@ -57,6 +58,7 @@ func New(families ...backends.Family) *Metrics {
 	)
 	m.kubeProxy = newKubeProxy(m.reg)
 	m.wasp = newWasp(m.reg)
+	m.moduleSources = newModuleSources(m.reg)
 	for _, f := range families {
 		m.kubeProxy.initFamily(familyLabel(f))
 		m.wasp.initFamily(familyLabel(f))

@@ -101,6 +101,10 @@ func testMetrics(t *testing.T, s *suite) {
 	if v, ok := sample(before, "wasp_module_info", "stage=endpoint-selection"); !ok || v != 1 {
 		t.Errorf("wasp_module_info{stage=endpoint-selection} = %v (present %v), want 1", v, ok)
 	}
+	// The start's load of the chain is counted.
+	if v, ok := sample(before, "wasp_module_loads_total", "stage=endpoint-selection", "result=ok"); !ok || v < 1 {
+		t.Errorf("wasp_module_loads_total{stage=endpoint-selection,result=ok} = %v (present %v), want at least 1", v, ok)
+	}
 
 	ns := s.namespace(t)
 	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "metered", Namespace: ns})
