@@ -334,8 +334,8 @@ func (p *Pipeline) run(ctx context.Context, node abi.Node, ports []Port) (_ []Re
 		}
 		if nfailed > 0 {
 			// One line per stage and sync, however many ports failed.
-			klog.FromContext(ctx).Info("Module failed for service ports; they keep their last good decision or the builtin semantics",
-				"stage", stage.String(), "ports", nfailed, "reason", runtime.ReasonOf(results[first].Err),
+			klog.FromContext(ctx).Info("Module failed for service ports; they keep their last good decision or get the builtin semantics, as the failure policy says",
+				"stage", stage.String(), "failurePolicy", p.opts.Policies[stage].String(), "ports", nfailed, "reason", runtime.ReasonOf(results[first].Err),
 				"servicePort", ports[first].Key, "err", results[first].Err)
 		}
 	}
