@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -87,6 +88,47 @@ func TestInWasp(t *testing.T) {
 	_, err = m.Call(ctx, abi.StageTopology, golden(t, "traffic-policy.input.hex"), nil)
 	if runtime.ReasonOf(err) != runtime.ReasonNoOutput {
 		t.Errorf("topology call with a traffic-policy batch: %v, want reason %s", err, runtime.ReasonNoOutput)
+	}
+}
+
+// TestConfigureInWasp loads the golden module, whose configure handler
+// rejects a configuration containing "reject", with configurations: its
+// wasp_configure export reaches the handler and returns its message.
+func TestConfigureInWasp(t *testing.T) {
+	ctx := context.Background()
+	tc, err := rustbuild.Find(ctx)
+	if err != nil {
+		rustbuild.SkipOrFail(t, err)
+	}
+	wasm, err := tc.Build(ctx, rustbuild.Paths{SDK: ".", Module: filepath.Join("testdata", "golden")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := runtime.New(runtime.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(ctx) })
+	for _, tt := range []struct{ config, want string }{
+		{"", ""},
+		{`{"zones": ["zone-b"]}`, ""},
+		{`{"reject": true}`, `module "rust-golden" rejected its configuration: rejected on purpose (16 bytes)`},
+	} {
+		m, err := rt.Load(ctx, "rust-golden", wasm, runtime.Limits{Instances: 1}, runtime.WithConfig([]byte(tt.config)))
+		if tt.want == "" {
+			if err != nil {
+				t.Errorf("config %q: %v", tt.config, err)
+				continue
+			}
+			if out, err := m.Call(ctx, abi.StageTopology, golden(t, "topology.input.hex"), nil); err != nil || !bytes.Equal(out, golden(t, "topology.output.hex")) {
+				t.Errorf("config %q: topology output %x, %v; want the golden output", tt.config, out, err)
+			}
+			m.Close()
+			continue
+		}
+		if !errors.Is(err, runtime.ErrConfigRejected) || err.Error() != tt.want {
+			t.Errorf("config %q: got %v, want ErrConfigRejected %q", tt.config, err, tt.want)
+		}
 	}
 }
 

@@ -36,17 +36,26 @@ impl Global {
         // SAFETY: as in buffer.
         unsafe { (*self.0.get()).call(stage, ptr, len) }
     }
+
+    #[doc(hidden)]
+    pub fn configure(&self, ptr: u32, len: u32) -> u64 {
+        // SAFETY: as in buffer.
+        unsafe { (*self.0.get()).call_configure(ptr, len) }
+    }
 }
 
-/// Declares a module: its metadata and its stage handlers. It exports, for
-/// the host, `memory` (the linker does), `wasp_abi_v1`, `wasp_buffer`, the
-/// function of every stage given, and writes the `wasp.metadata` custom
-/// section. Use it once, in the crate built as the module's `cdylib`.
+/// Declares a module: its metadata and its handlers. It exports, for the
+/// host, `memory` (the linker does), `wasp_abi_v1`, `wasp_buffer`,
+/// `wasp_configure`, the function of every stage given, and writes the
+/// `wasp.metadata` custom section. Use it once, in the crate built as the
+/// module's `cdylib`.
 ///
 /// Fields, in this order: `name` and `version` (required), then
-/// `min_host_version` and `description` (optional), then at least one of
-/// `topology`, `traffic_policy` and `endpoint_selection`, each a function of
-/// the matching handler type ([`TopologyFn`](crate::TopologyFn),
+/// `min_host_version` and `description` (optional), then `configure`
+/// (optional, a [`ConfigureFn`](crate::ConfigureFn): without it the module
+/// accepts only no configuration), then at least one of `topology`,
+/// `traffic_policy` and `endpoint_selection`, each a function of the
+/// matching handler type ([`TopologyFn`](crate::TopologyFn),
 /// [`TrafficPolicyFn`](crate::TrafficPolicyFn),
 /// [`EndpointSelectionFn`](crate::EndpointSelectionFn)). The metadata's
 /// stages are the handlers given. Invalid metadata is a compile error.
@@ -66,6 +75,7 @@ macro_rules! module {
         version: $version:expr,
         $(min_host_version: $min:expr,)?
         $(description: $desc:expr,)?
+        $(configure: $cfg:expr,)?
         $(topology: $topo:expr,)?
         $(traffic_policy: $policy:expr,)?
         $(endpoint_selection: $sel:expr $(,)?)?
@@ -75,6 +85,7 @@ macro_rules! module {
                 topology: $crate::__option!($($topo)?),
                 traffic_policy: $crate::__option!($($policy)?),
                 endpoint_selection: $crate::__option!($($sel)?),
+                configure: $crate::__option!($($cfg)?),
             };
             const METADATA: $crate::Metadata = $crate::Metadata {
                 name: $name,
@@ -103,6 +114,11 @@ macro_rules! module {
             #[no_mangle]
             pub extern "C" fn wasp_buffer(size: u32) -> u32 {
                 MODULE.buffer(size)
+            }
+
+            #[no_mangle]
+            pub extern "C" fn wasp_configure(ptr: u32, len: u32) -> u64 {
+                MODULE.configure(ptr, len)
             }
 
             $(

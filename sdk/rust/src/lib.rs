@@ -43,6 +43,15 @@
 //! retries the batch in halves, so it too ends up failing only the ports
 //! that panic, at the cost of the retries.
 //!
+//! # Configuration
+//!
+//! A module that takes a configuration (wasp's `modules[].config`, a
+//! ServiceProxyModule's `spec.config`) names a [`ConfigureFn`] in
+//! [`module!`]'s `configure` field. It receives the configuration's JSON
+//! on every new instance before the first stage call, and returns an
+//! [`Error`] to reject it: wasp then does not load the module. Without a
+//! handler a module accepts only no configuration.
+//!
 //! The byte layout is docs/abi.md of the wasp repository; this crate is
 //! tested against its golden vectors.
 #![deny(missing_docs)]
@@ -63,11 +72,11 @@ mod export;
 pub use input::{Decision, Endpoint, Indices, Input, Node, ServicePort, Strings};
 pub use metadata::Metadata;
 pub use output::{
-    EndpointSelectionFn, Handlers, Module, PolicyResult, SelectionResult, Set, TopologyFn,
+    ConfigureFn, EndpointSelectionFn, Handlers, Module, PolicyResult, SelectionResult, Set, TopologyFn,
     TopologyResult, TrafficPolicyFn,
 };
 pub use types::{
-    Error, Protocol, Stage, TopologyMode, Weight, ABI_VERSION, BUFFER_EXPORT,
+    Error, Protocol, Stage, TopologyMode, Weight, ABI_VERSION, BUFFER_EXPORT, CONFIGURE_EXPORT,
     LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE, MARKER_EXPORT, MAX_ERROR_LEN, MAX_WEIGHT,
     METADATA_SECTION,
 };

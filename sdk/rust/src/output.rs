@@ -152,6 +152,15 @@ pub type TrafficPolicyFn = fn(Node<'_>, ServicePort<'_>, &mut PolicyResult) -> R
 pub type EndpointSelectionFn =
     fn(Node<'_>, ServicePort<'_>, &mut SelectionResult) -> Result<(), Error>;
 
+/// Receives the module's own configuration: the JSON of the module's
+/// `config` in wasp's configuration file or its ServiceProxyModule, as
+/// given; empty when there is none. It returns an error to reject the
+/// configuration: the host then refuses to load the module and reports the
+/// error's message. The host calls it on every new instance, before the
+/// first stage call, always with the same bytes; the slice is valid during
+/// the call only (copy what you keep).
+pub type ConfigureFn = fn(&[u8]) -> Result<(), Error>;
+
 /// A module's stage handlers; `None` for a stage it does not implement.
 #[derive(Clone, Copy, Default)]
 pub struct Handlers {
@@ -161,6 +170,9 @@ pub struct Handlers {
     pub traffic_policy: Option<TrafficPolicyFn>,
     /// The endpoint-selection stage.
     pub endpoint_selection: Option<EndpointSelectionFn>,
+    /// The configuration handler; without one the module accepts only no
+    /// configuration (empty, `null` or `{}`).
+    pub configure: Option<ConfigureFn>,
 }
 
 impl std::fmt::Debug for Handlers {
@@ -169,6 +181,7 @@ impl std::fmt::Debug for Handlers {
             .field("topology", &self.topology.is_some())
             .field("traffic_policy", &self.traffic_policy.is_some())
             .field("endpoint_selection", &self.endpoint_selection.is_some())
+            .field("configure", &self.configure.is_some())
             .finish()
     }
 }
@@ -284,6 +297,7 @@ pub struct Module {
     topo: TopologyResult,
     policy: PolicyResult,
     sel: SelectionResult,
+    rejection: String, // the message of the last rejected configuration
 }
 
 impl Module {
@@ -301,6 +315,7 @@ impl Module {
                 has_any_endpoints: false,
             },
             sel: SelectionResult { weights: Vec::new() },
+            rejection: String::new(),
         }
     }
 
@@ -343,17 +358,76 @@ impl Module {
     ///
     /// Meaningful in a 32-bit Wasm guest only, where addresses fit in 32 bits.
     pub fn call(&mut self, stage: Stage, ptr: u32, len: u32) -> u64 {
-        let Module { handlers, inbuf, out, topo, policy, sel } = self;
-        if inbuf.is_empty() || ptr as usize != inbuf.as_ptr() as usize || len as usize > inbuf.len() * 8 {
-            return 0;
-        }
-        // SAFETY: [ptr, ptr+len) lies inside inbuf, which lives as long as
-        // self and is not touched by run (it only reads the input).
-        let input = unsafe { std::slice::from_raw_parts(inbuf.as_ptr() as *const u8, len as usize) };
+        let Module { handlers, inbuf, out, topo, policy, sel, .. } = self;
+        let input = match in_buffer(inbuf, ptr, len) {
+            Some(input) => input,
+            None => return 0,
+        };
         match run(handlers, out, topo, policy, sel, stage, input) {
             Some(o) if !o.is_empty() => (o.as_ptr() as usize as u64) << 32 | o.len() as u64,
             _ => 0,
         }
+    }
+
+    /// Hands `config` to the configuration handler, as the host does
+    /// before an instance's first call, and returns its rejection. Without
+    /// a handler, only no configuration (empty, `null` or `{}`) is
+    /// accepted.
+    pub fn configure(&self, config: &[u8]) -> Result<(), Error> {
+        configure(self.handlers.configure, config)
+    }
+
+    /// Implements the `wasp_configure` export: configures the module with
+    /// the `len` bytes at `ptr`, which must be the buffer
+    /// [`buffer`](Module::buffer) returned, and returns 0 when the
+    /// configuration is accepted, else the rejection message's address and
+    /// length packed as `address << 32 | length`.
+    ///
+    /// Meaningful in a 32-bit Wasm guest only, where addresses fit in 32 bits.
+    pub fn call_configure(&mut self, ptr: u32, len: u32) -> u64 {
+        let Module { handlers, inbuf, rejection, .. } = self;
+        let result = match in_buffer(inbuf, ptr, len) {
+            Some(config) => configure(handlers.configure, config),
+            None => Err(Error::new("wasp: configuration not in the buffer of wasp_buffer")),
+        };
+        match result {
+            Ok(()) => 0,
+            Err(e) => {
+                rejection.clear();
+                rejection.push_str(if e.message().is_empty() { "configuration rejected" } else { e.message() });
+                (rejection.as_ptr() as usize as u64) << 32 | rejection.len() as u64
+            }
+        }
+    }
+}
+
+/// The `len` bytes at `ptr`, if they lie in the input buffer.
+fn in_buffer(inbuf: &[u64], ptr: u32, len: u32) -> Option<&[u8]> {
+    if inbuf.is_empty() || ptr as usize != inbuf.as_ptr() as usize || len as usize > inbuf.len() * 8 {
+        return None;
+    }
+    // SAFETY: [ptr, ptr+len) lies inside inbuf, borrowed for the result's
+    // lifetime.
+    Some(unsafe { std::slice::from_raw_parts(inbuf.as_ptr() as *const u8, len as usize) })
+}
+
+/// Runs the configuration handler f, or, without one, accepts only no
+/// configuration.
+fn configure(f: Option<ConfigureFn>, config: &[u8]) -> Result<(), Error> {
+    if let Some(f) = f {
+        return f(config);
+    }
+    let mut compact = config.iter().filter(|b| !b.is_ascii_whitespace());
+    let none = match compact.next() {
+        None => true,
+        Some(b'n') => config.iter().filter(|b| !b.is_ascii_whitespace()).eq(b"null".iter()),
+        Some(b'{') => compact.next() == Some(&b'}') && compact.next().is_none(),
+        Some(_) => false,
+    };
+    if none {
+        Ok(())
+    } else {
+        Err(Error::new("this module takes no configuration (its module! has no configure handler)"))
     }
 }
 

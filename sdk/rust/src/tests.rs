@@ -170,6 +170,7 @@ const GOLDEN: Handlers = Handlers {
     topology: Some(golden::topology),
     traffic_policy: Some(golden::traffic_policy),
     endpoint_selection: Some(golden::endpoint_selection),
+    configure: None,
 };
 
 /// Handlers that give the golden results, run over the golden inputs,
@@ -391,3 +392,24 @@ fn stage_names() {
     }
     assert_eq!(Stage::from_u8(0), None);
 }
+
+#[test]
+fn configure_without_handler_accepts_only_no_configuration() {
+    let m = Module::new(Handlers { endpoint_selection: Some(golden::endpoint_selection), ..Handlers::default() });
+    for ok in [&b""[..], b" null ", b"{}", b"{ \n }"] {
+        assert_eq!(m.configure(ok), Ok(()), "{:?}", std::str::from_utf8(ok));
+    }
+    for bad in [&b"{\"zones\":[]}"[..], b"[]", b"nullx", b"{}}"] {
+        let err = m.configure(bad).expect_err(std::str::from_utf8(bad).unwrap());
+        assert!(err.message().contains("takes no configuration"), "{}", err);
+    }
+}
+
+#[test]
+fn configure_runs_the_handler() {
+    let m = Module::new(GOLDEN_CONFIGURED);
+    assert_eq!(m.configure(b"{\"zones\":[]}"), Ok(()));
+    assert_eq!(m.configure(b"{\"reject\":1}").unwrap_err().message(), "rejected on purpose (12 bytes)");
+}
+
+const GOLDEN_CONFIGURED: Handlers = Handlers { configure: Some(golden::configure), ..GOLDEN };

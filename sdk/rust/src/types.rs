@@ -14,6 +14,11 @@ pub const MARKER_EXPORT: &str = "wasp_abi_v1";
 /// `wasp_buffer(size i32) -> ptr i32`.
 pub const BUFFER_EXPORT: &str = "wasp_buffer";
 
+/// The export that hands a module its configuration:
+/// `wasp_configure(ptr i32, len i32) -> i64`, 0 when accepted, else the
+/// rejection message's `address << 32 | length`.
+pub const CONFIGURE_EXPORT: &str = "wasp_configure";
+
 /// The custom section that carries a module's [`Metadata`](crate::Metadata)
 /// as JSON.
 pub const METADATA_SECTION: &str = "wasp.metadata";

@@ -31,3 +31,11 @@ pub fn endpoint_selection(_: Node, sp: ServicePort, out: &mut SelectionResult) -
     out.set(0, 1);
     Ok(())
 }
+
+/// Accepts any configuration but one that contains "reject".
+pub fn configure(config: &[u8]) -> Result<(), Error> {
+    if config.windows(6).any(|w| w == b"reject") {
+        return Err(Error::new(format!("rejected on purpose ({} bytes)", config.len())));
+    }
+    Ok(())
+}

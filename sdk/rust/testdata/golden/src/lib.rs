@@ -4,13 +4,14 @@
 
 mod handlers;
 
-use handlers::{endpoint_selection, topology, traffic_policy};
+use handlers::{configure, endpoint_selection, topology, traffic_policy};
 
 wasp::module! {
     name: "rust-golden",
     version: "1.0.0",
     min_host_version: "0.1.0",
     description: "The golden outputs of abi/testdata, for the Rust SDK's tests.",
+    configure: configure,
     topology: topology,
     traffic_policy: traffic_policy,
     endpoint_selection: endpoint_selection,
