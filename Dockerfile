@@ -19,14 +19,15 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
-# CGO_ENABLED=0: a static binary, for an image without a C library. The
+# CGO_ENABLED=0: a static binary, for an image without a C library.
+# -tags grpcnotrace: see BUILD_TAGS in the Makefile. The
 # default Wasm modules are embedded, checked in and reproducible, so no
 # wasip1 build happens here.
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     ldflags="-s -w"; \
     if [ -n "$VERSION" ]; then ldflags="$ldflags -X main.version=$VERSION"; fi; \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -buildvcs=false -ldflags "$ldflags" -o /out/wasp ./cmd/wasp
+    go build -trimpath -buildvcs=false -tags grpcnotrace -ldflags "$ldflags" -o /out/wasp ./cmd/wasp
 
 # distroless/static: no shell, no package manager, no C library; CA
 # certificates and /etc/passwd only. Its root variant, not :nonroot: wasp

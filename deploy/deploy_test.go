@@ -386,7 +386,7 @@ func TestDockerfile(t *testing.T) {
 	if !strings.Contains(froms[0]+" ", want) {
 		t.Errorf("build stage FROM %s: want %s(go.mod's Go)", froms[0], want)
 	}
-	for _, s := range []string{"CGO_ENABLED=0", "-trimpath", "-X main.version=", "./cmd/wasp"} {
+	for _, s := range []string{"CGO_ENABLED=0", "-trimpath", "-tags grpcnotrace", "-X main.version=", "./cmd/wasp"} {
 		if !strings.Contains(build, s) {
 			t.Errorf("go build %q: no %s", build, s)
 		}

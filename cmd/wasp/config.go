@@ -320,8 +320,15 @@ func newRunConfig(c *v1alpha1.WaspConfiguration, f *runFlags, hostname func() (s
 
 	rc.families, _ = parseIPFamilies(f.ipFamilies) // checked by checkRunFlags
 
+	if c.ModuleSignatures != nil {
+		p, err := signaturePolicy(c.ModuleSignatures)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("moduleSignatures.%w", err))
+		}
+		rc.moduleSignatures = []oci.SignaturePolicy{p}
+	}
 	for i, m := range c.Modules {
-		spec, err := moduleSpec(m)
+		spec, err := moduleSpec(m, rc.moduleSignatures...)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("modules[%d]: %w", i, err))
 		}
@@ -334,9 +341,10 @@ func newRunConfig(c *v1alpha1.WaspConfiguration, f *runFlags, hostname func() (s
 	return rc, nil
 }
 
-// moduleSpec is the chain.Spec of a validated, defaulted module; it
-// reads the module's public keys (inline PEM, or the path of a PEM file).
-func moduleSpec(m v1alpha1.ModuleConfiguration) (chain.Spec, error) {
+// moduleSpec is the chain.Spec of a validated, defaulted module. An
+// oci:// module must satisfy the node-wide signature policies global and
+// its own signatures section, whose keys and trusted root are read now.
+func moduleSpec(m v1alpha1.ModuleConfiguration, global ...oci.SignaturePolicy) (chain.Spec, error) {
 	stage, _ := abi.ParseStage(m.Stage)
 	spec := chain.Spec{Stage: stage, Source: m.Source, Config: m.Config, Limits: runtime.Limits{
 		MemoryBytes: uint64(m.Limits.Memory.Value()),
@@ -346,25 +354,59 @@ func moduleSpec(m v1alpha1.ModuleConfiguration) (chain.Spec, error) {
 	if m.FailurePolicy == v1alpha1.Builtin {
 		spec.FailurePolicy = pipeline.Builtin
 	}
+	if strings.HasPrefix(m.Source, "oci://") {
+		spec.Signatures = append(spec.Signatures, global...)
+	}
 	if m.Signatures == nil {
 		return spec, nil
 	}
-	for i, k := range m.Signatures.PublicKeys {
-		pem := []byte(k)
-		if !strings.Contains(k, "-----BEGIN") {
-			b, err := os.ReadFile(strings.TrimSpace(k))
-			if err != nil {
-				return spec, fmt.Errorf("signatures.publicKeys[%d]: %w", i, err)
-			}
-			pem = b
+	p, err := signaturePolicy(m.Signatures)
+	if err != nil {
+		return spec, fmt.Errorf("signatures.%w", err)
+	}
+	spec.Signatures = append(spec.Signatures, p)
+	return spec, nil
+}
+
+// signaturePolicy reads a validated signatures section: its public keys
+// and trusted root, each inline or the path of a file. Errors name the
+// field under the section.
+func signaturePolicy(sig *v1alpha1.ModuleSignatures) (oci.SignaturePolicy, error) {
+	var p oci.SignaturePolicy
+	for i, k := range sig.PublicKeys {
+		pem, err := inlineOrFile(k, "-----BEGIN")
+		if err != nil {
+			return p, fmt.Errorf("publicKeys[%d]: %w", i, err)
 		}
 		keys, err := oci.ParsePublicKeys(pem)
 		if err != nil {
-			return spec, fmt.Errorf("signatures.publicKeys[%d]: %w", i, err)
+			return p, fmt.Errorf("publicKeys[%d]: %w", i, err)
 		}
-		spec.PublicKeys = append(spec.PublicKeys, keys...)
+		p.PublicKeys = append(p.PublicKeys, keys...)
 	}
-	return spec, nil
+	if kl := sig.Keyless; kl != nil {
+		root, err := inlineOrFile(kl.TrustedRoot, "{")
+		if err != nil {
+			return p, fmt.Errorf("keyless.trustedRoot: %w", err)
+		}
+		ids := make([]oci.Identity, len(kl.Identities))
+		for i, id := range kl.Identities {
+			ids[i] = oci.Identity{Issuer: id.Issuer, IssuerRegExp: id.IssuerRegExp, Subject: id.Subject, SubjectRegExp: id.SubjectRegExp}
+		}
+		if p.Keyless, err = oci.NewKeylessPolicy(root, ids); err != nil {
+			return p, fmt.Errorf("keyless: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// inlineOrFile returns v itself when it holds marker (inline content),
+// else the file at path v.
+func inlineOrFile(v, marker string) ([]byte, error) {
+	if strings.Contains(v, marker) {
+		return []byte(v), nil
+	}
+	return os.ReadFile(strings.TrimSpace(v))
 }
 
 // watchConfigFile returns a function that blocks until ctx is done (nil)

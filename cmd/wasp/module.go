@@ -79,17 +79,17 @@ func (f *registryFlags) client(allowTags bool) (*oci.Client, error) {
 
 func newModuleInspectCommand() *cobra.Command {
 	var (
-		rf   registryFlags
-		keys []string
+		rf    registryFlags
+		trust trustFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "inspect FILE|oci://REF",
 		Short: "Print a module's ABI version, stages, metadata and digests",
 		Long: `inspect checks a module and prints what it declares. SOURCE is a file,
 builtin:NAME or oci://REGISTRY/REPOSITORY with @sha256:DIGEST or :TAG; for
-a tag it prints the digest to pin the module by. With --key, it reports the
-module's cosign signatures and how many verify with the keys (wasp module
-verify fails when none does).`,
+a tag it prints the digest to pin the module by. With --key, or the keyless
+flags of wasp module verify, it reports whether the module's signatures
+verify and whose they are (wasp module verify fails when none does).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := inspection{Source: args[0], Signatures: "not checked"}
@@ -105,17 +105,17 @@ verify fails when none does).`,
 				}
 				wasm = a.Wasm
 				out.Reference, out.Tag, out.ManifestDigest, out.Annotations = a.Reference, a.Tag, a.ManifestDigest.String(), a.Annotations
-				if len(keys) > 0 {
-					pub, err := readPublicKeys(keys)
+				if trust.given() {
+					p, err := trust.policy()
 					if err != nil {
 						return err
 					}
-					s, err := c.Verify(cmd.Context(), a.Reference, pub)
+					s, err := c.Verify(cmd.Context(), a.Reference, p)
 					switch {
 					case err != nil:
 						out.Signatures = "not verified: " + err.Error()
 					default:
-						out.Signatures = fmt.Sprintf("verified: %d of %d signatures verify with the keys given (%s)", s.Verified, s.Found, s.SignatureReference)
+						out.Signatures = "verified: " + describeSignatures(s)
 					}
 				}
 			} else {
@@ -135,7 +135,7 @@ verify fails when none does).`,
 		},
 	}
 	rf.register(cmd, true)
-	cmd.Flags().StringArrayVar(&keys, "key", nil, "PEM public key to verify the module's signatures with (repeatable; oci:// sources)")
+	trust.register(cmd)
 	return cmd
 }
 
@@ -298,18 +298,23 @@ pinned by digest without asking their registry.`,
 
 func newModuleSignCommand() *cobra.Command {
 	var (
-		rf  registryFlags
-		key string
+		rf     registryFlags
+		key    string
+		format string
 	)
 	cmd := &cobra.Command{
 		Use:   "sign oci://REGISTRY/REPOSITORY@sha256:DIGEST --key KEY.pem",
 		Short: "Sign a module in a registry, as cosign does with a key",
 		Long: `sign signs the module's manifest digest with a private key and stores the
-signature beside it in cosign's layout (the manifest tagged sha256-HEX.sig
-in the same repository), where wasp module verify and cosign verify --key
-find it. KEY.pem is an unencrypted PEM key (PKCS #8 or SEC 1 ECDSA, RSA or
-Ed25519); cosign's password-encrypted keys are not read. A tag is resolved
-once and the digest it resolved to is signed and printed.`,
+signature beside it in one of cosign's layouts, where wasp module verify and
+cosign verify --key find it: --format bundle (the default, as cosign 3) is a
+Sigstore bundle attached to the module as a referrer; --format
+simplesigning is the older layout, the manifest tagged sha256-HEX.sig in the
+same repository. No transparency log is written to. KEY.pem is an
+unencrypted PEM key (PKCS #8 or SEC 1 ECDSA, RSA or Ed25519); cosign's
+password-encrypted keys are not read. A tag is resolved once and the digest
+it resolved to is signed and printed. Keyless signing needs an OIDC identity
+and Sigstore's services: use cosign.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			data, err := os.ReadFile(key)
@@ -324,15 +329,31 @@ once and the digest it resolved to is signed and printed.`,
 			if err != nil {
 				return err
 			}
-			s, err := c.Sign(cmd.Context(), args[0], signer)
-			if err != nil {
-				return err
+			switch format {
+			case "bundle":
+				m, err := c.SignBundle(cmd.Context(), args[0], signer)
+				if err != nil {
+					return err
+				}
+				s, err := c.Verify(cmd.Context(), args[0], oci.SignaturePolicy{PublicKeys: []crypto.PublicKey{signer.Public()}})
+				if err != nil {
+					return fmt.Errorf("the signature written does not verify: %w", err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "signed %s\nsignature bundle in referrer %s\n", s.Reference, m)
+			case "simplesigning":
+				s, err := c.Sign(cmd.Context(), args[0], signer)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "signed %s\nsignatures at %s (%d)\n", s.Reference, s.SignatureReference, s.Found)
+			default:
+				return fmt.Errorf("--format %q: want bundle or simplesigning", format)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "signed %s\nsignatures at %s (%d)\n", s.Reference, s.SignatureReference, s.Found)
 			return nil
 		},
 	}
 	rf.register(cmd, false)
+	cmd.Flags().StringVar(&format, "format", "bundle", "bundle (a Sigstore bundle attached as a referrer, as cosign 3) or simplesigning (the sha256-HEX.sig manifest)")
 	cmd.Flags().StringVar(&key, "key", "", "PEM private key (required)")
 	_ = cmd.MarkFlagRequired("key")
 	return cmd
@@ -340,19 +361,28 @@ once and the digest it resolved to is signed and printed.`,
 
 func newModuleVerifyCommand() *cobra.Command {
 	var (
-		rf   registryFlags
-		keys []string
+		rf    registryFlags
+		trust trustFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "verify oci://REGISTRY/REPOSITORY@sha256:DIGEST --key PUB.pem",
-		Short: "Verify a module's cosign signatures with public keys",
-		Long: `verify succeeds when at least one of the module's signatures, in cosign's
-layout, verifies with one of the keys and names the module's manifest
-digest; it fails when there is no signature, or none that verifies. A tag is
-resolved once and the digest it resolved to is verified and printed.`,
+		Use:   "verify oci://REGISTRY/REPOSITORY@sha256:DIGEST (--key PUB.pem | --trusted-root ROOT.json --certificate-identity ID --certificate-oidc-issuer URL)",
+		Short: "Verify a module's cosign signatures with public keys or keyless identities",
+		Long: `verify succeeds when at least one of the module's signatures verifies with
+one of the keys, or is a keyless signature of the identity given, and names
+the module's manifest digest; it fails when there is no signature, or none
+that verifies. Signatures are read in both of cosign's layouts: the
+key-based one (the manifest tagged sha256-HEX.sig) and Sigstore bundles
+attached as referrers (cosign 3's default, and the only one for keyless
+signatures). A keyless signature is checked against the Sigstore trusted
+root given (trusted_root.json: its Fulcio certificate authority, Rekor log
+and, if listed, certificate transparency logs), offline. A tag is resolved
+once and the digest it resolved to is verified and printed.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pub, err := readPublicKeys(keys)
+			if !trust.given() {
+				return errors.New("nothing to verify with: give --key, or --trusted-root with --certificate-identity and --certificate-oidc-issuer")
+			}
+			p, err := trust.policy()
 			if err != nil {
 				return err
 			}
@@ -360,18 +390,78 @@ resolved once and the digest it resolved to is verified and printed.`,
 			if err != nil {
 				return err
 			}
-			s, err := c.Verify(cmd.Context(), args[0], pub)
+			s, err := c.Verify(cmd.Context(), args[0], p)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "verified %s\n%d of %d signatures at %s verify\n", s.Reference, s.Verified, s.Found, s.SignatureReference)
+			fmt.Fprintf(cmd.OutOrStdout(), "verified %s\n%s\n", s.Reference, describeSignatures(s))
 			return nil
 		},
 	}
 	rf.register(cmd, false)
-	cmd.Flags().StringArrayVar(&keys, "key", nil, "PEM public key (required, repeatable: any one verifying is enough)")
-	_ = cmd.MarkFlagRequired("key")
+	trust.register(cmd)
 	return cmd
+}
+
+// describeSignatures says which signatures verified.
+func describeSignatures(s *oci.Signatures) string {
+	var parts []string
+	if s.Found > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %d signatures at %s verify", s.Verified, s.Found, s.SignatureReference))
+	}
+	if len(s.Signers) > 0 {
+		parts = append(parts, fmt.Sprintf("%d signature bundles, signed by %s", s.Bundles, strings.Join(s.Signers, ", ")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// trustFlags are whose signatures wasp module verify and inspect trust,
+// with cosign verify's flag names.
+type trustFlags struct {
+	keys                     []string
+	trustedRoot              string
+	identity, identityRegExp string
+	issuer, issuerRegExp     string
+}
+
+func (t *trustFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringArrayVar(&t.keys, "key", nil, "PEM public key (repeatable: any one verifying is enough)")
+	fs.StringVar(&t.trustedRoot, "trusted-root", "", "Sigstore trusted root (trusted_root.json) for keyless signatures")
+	fs.StringVar(&t.identity, "certificate-identity", "", "keyless: the signer's identity (certificate SAN: an email or URI)")
+	fs.StringVar(&t.identityRegExp, "certificate-identity-regexp", "", "keyless: a regular expression the signer's identity matches")
+	fs.StringVar(&t.issuer, "certificate-oidc-issuer", "", "keyless: the signer's OIDC issuer")
+	fs.StringVar(&t.issuerRegExp, "certificate-oidc-issuer-regexp", "", "keyless: a regular expression the signer's OIDC issuer matches")
+}
+
+func (t *trustFlags) given() bool {
+	return len(t.keys) > 0 || t.trustedRoot != "" || t.identity != "" || t.identityRegExp != "" || t.issuer != "" || t.issuerRegExp != ""
+}
+
+// policy is the policy of the flags; keyless flags need --trusted-root.
+func (t *trustFlags) policy() (oci.SignaturePolicy, error) {
+	var (
+		p   oci.SignaturePolicy
+		err error
+	)
+	if p.PublicKeys, err = readPublicKeys(t.keys); err != nil {
+		return p, err
+	}
+	if t.trustedRoot == "" && t.identity == "" && t.identityRegExp == "" && t.issuer == "" && t.issuerRegExp == "" {
+		return p, nil
+	}
+	if t.trustedRoot == "" {
+		return p, errors.New("--certificate-identity and --certificate-oidc-issuer need --trusted-root")
+	}
+	root, err := os.ReadFile(t.trustedRoot)
+	if err != nil {
+		return p, err
+	}
+	p.Keyless, err = oci.NewKeylessPolicy(root, []oci.Identity{{Issuer: t.issuer, IssuerRegExp: t.issuerRegExp, Subject: t.identity, SubjectRegExp: t.identityRegExp}})
+	if err != nil {
+		return p, fmt.Errorf("--trusted-root %s: %w", t.trustedRoot, err)
+	}
+	return p, nil
 }
 
 // readPublicKeys reads the PEM public keys of files.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -16,7 +17,9 @@ import (
 	"github.com/wasp-proxy/wasp/host/config"
 	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
 	"github.com/wasp-proxy/wasp/host/moduletest"
+	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/internal/modbuild"
+	"github.com/wasp-proxy/wasp/internal/sigstoretest"
 )
 
 // TestModuleTestCommand runs a scenario through the command: a passing
@@ -46,7 +49,7 @@ func TestModuleTestCommand(t *testing.T) {
 	}
 }
 
-// TestModuleSpecKeys: a module's public keys are read inline or from a
+// TestModuleSpecKeys: a module's public keys and trusted root are read inline or from a
 // file; a missing file is an error naming the key.
 func TestModuleSpecKeys(t *testing.T) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -67,10 +70,40 @@ func TestModuleSpecKeys(t *testing.T) {
 	c := &v1alpha1.WaspConfiguration{Modules: []v1alpha1.ModuleConfiguration{m}}
 	config.Default(c)
 	spec, err := moduleSpec(c.Modules[0])
-	if err != nil || len(spec.PublicKeys) != 2 {
-		t.Fatalf("moduleSpec: %d keys, %v; want 2", len(spec.PublicKeys), err)
+	if err != nil || len(spec.Signatures) != 1 || len(spec.Signatures[0].PublicKeys) != 2 {
+		t.Fatalf("moduleSpec: %+v, %v; want one policy of 2 keys", spec.Signatures, err)
 	}
-	c.Modules[0].Signatures.PublicKeys = []string{filepath.Join(t.TempDir(), "gone.pem")}
+	// The node-wide policy comes first, and both are required.
+	global := oci.SignaturePolicy{PublicKeys: []crypto.PublicKey{key.Public()}}
+	if spec, err = moduleSpec(c.Modules[0], global); err != nil || len(spec.Signatures) != 2 || len(spec.Signatures[0].PublicKeys) != 1 {
+		t.Fatalf("moduleSpec with a node-wide policy: %+v, %v", spec.Signatures, err)
+	}
+	// ... for oci:// modules only.
+	file2 := c.Modules[0]
+	file2.Source, file2.Signatures = "file:///etc/wasp/m.wasm", nil
+	if spec, err = moduleSpec(file2, global); err != nil || len(spec.Signatures) != 0 {
+		t.Fatalf("moduleSpec of a file module with a node-wide policy: %+v, %v", spec.Signatures, err)
+	}
+
+	// Keyless: the trusted root inline or from a file.
+	root := sigstoretest.New(t).TrustedRoot(t)
+	rootFile := filepath.Join(t.TempDir(), "trusted_root.json")
+	if err := os.WriteFile(rootFile, root, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{string(root), rootFile} {
+		c.Modules[0].Signatures = &v1alpha1.ModuleSignatures{Keyless: &v1alpha1.KeylessSignatures{TrustedRoot: r,
+			Identities: []v1alpha1.CertificateIdentity{{Issuer: "https://issuer.example.com", SubjectRegExp: "@example.com$"}}}}
+		if spec, err = moduleSpec(c.Modules[0]); err != nil || len(spec.Signatures) != 1 || spec.Signatures[0].Keyless == nil {
+			t.Fatalf("moduleSpec, keyless: %+v, %v", spec.Signatures, err)
+		}
+	}
+	c.Modules[0].Signatures.Keyless.TrustedRoot = `{"mediaType": "nonsense"}`
+	if _, err := moduleSpec(c.Modules[0]); err == nil || !strings.Contains(err.Error(), "signatures.keyless: invalid trusted root") {
+		t.Fatalf("a bad trusted root: %v, want an error naming signatures.keyless", err)
+	}
+
+	c.Modules[0].Signatures = &v1alpha1.ModuleSignatures{PublicKeys: []string{filepath.Join(t.TempDir(), "gone.pem")}}
 	if _, err := moduleSpec(c.Modules[0]); err == nil || !strings.Contains(err.Error(), "signatures.publicKeys[0]") {
 		t.Fatalf("a missing key file: %v, want an error naming signatures.publicKeys[0]", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/chain"
 	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
 	"github.com/wasp-proxy/wasp/host/metrics"
+	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/runtime"
 )
@@ -34,6 +35,9 @@ const moduleReloadPeriod = 2 * time.Second
 type moduleReloader struct {
 	rt    *runtime.Runtime
 	specs []chain.Spec // of the configuration: --module or the config file
+	// signatures are the node-wide signature policies, which the
+	// ServiceProxyModules' oci:// modules must satisfy too.
+	signatures []oci.SignaturePolicy
 	// swap hands a loaded chain's modules to the proxy; done as
 	// proxy.SetModules's.
 	swap func(mods [len(abi.Stages) + 1]pipeline.Module, policies [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(applied bool))
@@ -116,7 +120,7 @@ func (r *moduleReloader) wanted(leaveOut map[abi.Stage]bool) ([]chain.Spec, erro
 	}
 	for stage, c := range r.catalog {
 		if !leaveOut[stage] {
-			spec, err := moduleSpec(c.Module)
+			spec, err := moduleSpec(c.Module, r.signatures...)
 			if err != nil {
 				return nil, fmt.Errorf("ServiceProxyModule %q: %w", c.Object, err)
 			}

@@ -36,6 +36,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/healthcheck"
 	"github.com/wasp-proxy/wasp/host/metrics"
 	"github.com/wasp-proxy/wasp/host/nodesetup"
+	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/proxy"
 	"github.com/wasp-proxy/wasp/host/runtime"
@@ -201,6 +202,7 @@ type runConfig struct {
 	profilingBindAddress string            // "": none
 	families             []backends.Family // --ip-families; nil: by ipFamilyPolicy
 	specs                []chain.Spec
+	moduleSignatures     []oci.SignaturePolicy // node-wide, for every oci:// module
 	cacheDir             string
 	cleanup, initOnly    bool
 }
@@ -479,6 +481,7 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		return err
 	}
 	rl := newModuleReloader(rt, c.specs, ch)
+	rl.signatures = c.moduleSignatures
 	defer rl.close()
 
 	mx.SetChain(ch)

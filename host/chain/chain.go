@@ -9,7 +9,6 @@ package chain
 
 import (
 	"context"
-	"crypto"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -29,9 +28,10 @@ type Spec struct {
 	Stage  abi.Stage
 	Source string
 	Limits runtime.Limits
-	// PublicKeys, when not empty, make an oci:// source load only with a
-	// valid signature by one of them (host/oci); optional.
-	PublicKeys []crypto.PublicKey
+	// Signatures, when not empty, make an oci:// source load only with
+	// signatures that satisfy every policy (host/oci): typically the
+	// node-wide policy and the module's own; optional.
+	Signatures []oci.SignaturePolicy
 	// FailurePolicy is what a service port gets when the module fails for
 	// it; optional, default KeepLastGood.
 	FailurePolicy pipeline.FailurePolicy
@@ -129,20 +129,20 @@ func (l Loader) Load(ctx context.Context, specs []Spec) (*Chain, error) {
 	c := &Chain{}
 	var (
 		limits [len(abi.Stages) + 1]runtime.Limits
-		keys   [len(abi.Stages) + 1][]crypto.PublicKey
+		sigs   [len(abi.Stages) + 1][]oci.SignaturePolicy
 		config [len(abi.Stages) + 1][]byte
 	)
 	for _, b := range modules.Builtins {
 		c.Sources[b.Stage] = "builtin:" + b.Name
 	}
 	for _, s := range specs {
-		c.Sources[s.Stage], limits[s.Stage], keys[s.Stage] = s.Source, s.Limits, s.PublicKeys
+		c.Sources[s.Stage], limits[s.Stage], sigs[s.Stage] = s.Source, s.Limits, s.Signatures
 		c.Policies[s.Stage] = s.FailurePolicy
 		config[s.Stage] = s.Config
 	}
 	for _, stage := range abi.Stages {
 		stageSrc := src
-		stageSrc.OCI.PublicKeys = keys[stage]
+		stageSrc.OCI.Signatures = sigs[stage]
 		m, err := load(ctx, rt, stageSrc, c.Sources[stage], limits[stage], stage, runtime.WithConfig(config[stage]))
 		l.loaded(stage, err)
 		if err != nil {

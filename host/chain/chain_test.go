@@ -175,7 +175,7 @@ func TestLoadOCISigned(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.Close(context.Background())
-	spec := []chain.Spec{{Stage: abi.StageEndpointSelection, Source: a.Reference, PublicKeys: []crypto.PublicKey{key.Public()}}}
+	spec := []chain.Spec{{Stage: abi.StageEndpointSelection, Source: a.Reference, Signatures: []oci.SignaturePolicy{{PublicKeys: []crypto.PublicKey{key.Public()}}}}}
 
 	if _, err := chain.Load(context.Background(), rt, spec); !errors.Is(err, oci.ErrNoSignature) {
 		t.Fatalf("unsigned: %v, want ErrNoSignature", err)
@@ -192,7 +192,7 @@ func TestLoadOCISigned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec[0].PublicKeys = []crypto.PublicKey{other.Public()}
+	spec[0].Signatures = []oci.SignaturePolicy{{PublicKeys: []crypto.PublicKey{other.Public()}}}
 	if _, err := chain.Load(context.Background(), rt, spec); !errors.Is(err, oci.ErrBadSignature) {
 		t.Fatalf("signed by another key: %v, want ErrBadSignature", err)
 	}

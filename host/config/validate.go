@@ -155,6 +155,9 @@ func Validate(c *v1alpha1.WaspConfiguration) (Warnings, field.ErrorList) {
 	})...)
 
 	errs = append(errs, validateModules(c.Modules, field.NewPath("modules"))...)
+	if sig := c.ModuleSignatures; sig != nil {
+		errs = append(errs, validateSignatures(sig, field.NewPath("moduleSignatures"))...)
+	}
 	return w, errs
 }
 
@@ -300,16 +303,50 @@ func validateModules(ms []v1alpha1.ModuleConfiguration, p *field.Path) field.Err
 			errs = append(errs, field.NotSupported(mp.Child("failurePolicy"), fp, failurePolicies))
 		}
 		if sig := m.Signatures; sig != nil {
-			sp := mp.Child("signatures", "publicKeys")
-			switch {
-			case !strings.HasPrefix(m.Source, "oci://"):
+			if !strings.HasPrefix(m.Source, "oci://") {
 				errs = append(errs, field.Invalid(mp.Child("signatures"), "", "only oci:// modules carry signatures"))
-			case len(sig.PublicKeys) == 0:
-				errs = append(errs, field.Required(sp, "at least one key, or no signatures section"))
 			}
-			for j, k := range sig.PublicKeys {
-				if strings.TrimSpace(k) == "" {
-					errs = append(errs, field.Required(sp.Index(j), "a PEM block or the path of a file holding one"))
+			errs = append(errs, validateSignatures(sig, mp.Child("signatures"))...)
+		}
+	}
+	return errs
+}
+
+// validateSignatures checks a signatures section: at least one key or a
+// keyless section, keys not blank, and each keyless identity with one
+// issuer and one subject, its regular expressions valid.
+func validateSignatures(sig *v1alpha1.ModuleSignatures, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(sig.PublicKeys) == 0 && sig.Keyless == nil {
+		errs = append(errs, field.Required(p.Child("publicKeys"), "at least one key or a keyless section, or no signatures section"))
+	}
+	for j, k := range sig.PublicKeys {
+		if strings.TrimSpace(k) == "" {
+			errs = append(errs, field.Required(p.Child("publicKeys").Index(j), "a PEM block or the path of a file holding one"))
+		}
+	}
+	kl := sig.Keyless
+	if kl == nil {
+		return errs
+	}
+	kp := p.Child("keyless")
+	if strings.TrimSpace(kl.TrustedRoot) == "" {
+		errs = append(errs, field.Required(kp.Child("trustedRoot"), "the path of a trusted_root.json, or its JSON"))
+	}
+	if len(kl.Identities) == 0 {
+		errs = append(errs, field.Required(kp.Child("identities"), "at least one issuer and subject"))
+	}
+	for j, id := range kl.Identities {
+		ip := kp.Child("identities").Index(j)
+		for _, pair := range [][4]string{{"issuer", id.Issuer, "issuerRegExp", id.IssuerRegExp}, {"subject", id.Subject, "subjectRegExp", id.SubjectRegExp}} {
+			switch {
+			case pair[1] == "" && pair[3] == "":
+				errs = append(errs, field.Required(ip.Child(pair[0]), "or "+pair[2]))
+			case pair[1] != "" && pair[3] != "":
+				errs = append(errs, field.Forbidden(ip.Child(pair[2]), "set "+pair[0]+" or "+pair[2]+", not both"))
+			case pair[3] != "":
+				if _, err := regexp.Compile(pair[3]); err != nil {
+					errs = append(errs, field.Invalid(ip.Child(pair[2]), pair[3], err.Error()))
 				}
 			}
 		}

@@ -171,6 +171,25 @@ func TestValidateErrors(t *testing.T) {
 			c.Modules[0].Source = "oci://registry.example/m@sha256:" + strings.Repeat("a", 64)
 			c.Modules[0].Signatures = &v1alpha1.ModuleSignatures{PublicKeys: []string{" "}}
 		}, []string{`modules[0].signatures.publicKeys[0]: Required value`}},
+		{"empty signatures", func(c *v1alpha1.WaspConfiguration) {
+			c.ModuleSignatures = &v1alpha1.ModuleSignatures{}
+		}, []string{`moduleSignatures.publicKeys: Required value: at least one key or a keyless section`}},
+		{"keyless", func(c *v1alpha1.WaspConfiguration) {
+			c.ModuleSignatures = &v1alpha1.ModuleSignatures{Keyless: &v1alpha1.KeylessSignatures{
+				Identities: []v1alpha1.CertificateIdentity{
+					{Issuer: "https://token.actions.githubusercontent.com", SubjectRegExp: "^https://github.com/example/"},
+					{Issuer: "https://issuer", IssuerRegExp: "x", SubjectRegExp: "("},
+				},
+			}}
+		}, []string{
+			`moduleSignatures.keyless.trustedRoot: Required value`,
+			`moduleSignatures.keyless.identities[1].issuerRegExp: Forbidden: set issuer or issuerRegExp, not both`,
+			`moduleSignatures.keyless.identities[1].subjectRegExp: Invalid value: "(": error parsing regexp`,
+		}},
+		{"keyless without identities", func(c *v1alpha1.WaspConfiguration) {
+			c.Modules[0].Source = "oci://registry.example/m@sha256:" + strings.Repeat("a", 64)
+			c.Modules[0].Signatures = &v1alpha1.ModuleSignatures{Keyless: &v1alpha1.KeylessSignatures{TrustedRoot: "/etc/wasp/trusted_root.json"}}
+		}, []string{`modules[0].signatures.keyless.identities: Required value`}},
 		{"every problem", func(c *v1alpha1.WaspConfiguration) {
 			c.Mode, c.NFTables.MasqueradeBit, c.Modules[0].Stage = "ipvs", ptr[int32](40), "routing"
 		}, []string{"mode: ", "nftables.masqueradeBit: ", "modules[0].stage: "}},

@@ -3,7 +3,6 @@ package oci
 import (
 	"bytes"
 	"context"
-	"crypto"
 	"errors"
 	"fmt"
 	"io"
@@ -50,14 +49,13 @@ type Options struct {
 	// HTTPClient sends the requests; optional: nil uses a client with
 	// retries.
 	HTTPClient *http.Client
-	// PublicKeys, when not empty, make Pull require a signature of the
-	// module in cosign's layout that verifies with one of them (ECDSA, RSA
-	// or Ed25519; ParsePublicKeys reads them from PEM); optional. The
-	// signatures are checked before any of the module's blobs is fetched or
-	// read from the cache, and a module without a valid signature is an
-	// error wrapping ErrNoSignature, ErrBadSignature, ErrSignatureMismatch
-	// or ErrMalformedSignature.
-	PublicKeys []crypto.PublicKey
+	// Signatures, when not empty, make Pull require signatures of the
+	// module that satisfy every policy (see SignaturePolicy); optional.
+	// The signatures are checked before any of the module's blobs is
+	// fetched or read from the cache, and a module without a trusted
+	// signature is an error wrapping ErrNoSignature, ErrBadSignature,
+	// ErrSignatureMismatch or ErrMalformedSignature.
+	Signatures []SignaturePolicy
 	// Observer is told about every Pull and look-up in the cache, for
 	// metrics; optional.
 	Observer Observer
@@ -122,7 +120,7 @@ type Artifact struct {
 	// cache.
 	Cached bool
 	// Signatures are the module's signatures verified with
-	// Options.PublicKeys; nil when there are none to verify with.
+	// Options.Signatures; nil when there are none to verify with.
 	Signatures *Signatures
 
 	manifest, config []byte
@@ -190,9 +188,9 @@ func (c *Client) pull(ctx context.Context, r Reference) (*Artifact, error) {
 		manifest = desc.Digest
 	}
 	var sigs *Signatures
-	if len(c.opts.PublicKeys) > 0 {
+	if len(c.opts.Signatures) > 0 {
 		var err error
-		if sigs, err = c.verifySignatures(ctx, getRepo, r, manifest, c.opts.PublicKeys); err != nil {
+		if sigs, err = c.verifyPolicies(ctx, getRepo, r, manifest, c.opts.Signatures); err != nil {
 			return nil, err
 		}
 	}
@@ -356,6 +354,10 @@ func (c *Client) repository(r Reference) (*remote.Repository, error) {
 		return nil, err
 	}
 	repo.PlainHTTP = c.opts.PlainHTTP || isLoopback(r.Registry)
+	// Attaching a signature bundle on a registry without the referrers API
+	// rewrites the referrers tag; the index it replaces is left behind
+	// rather than deleted, as registries often refuse deletes.
+	repo.SkipReferrersGC = true
 	client := &auth.Client{Client: c.opts.HTTPClient, Cache: auth.NewCache()}
 	if client.Client == nil {
 		client.Client = auth.DefaultClient.Client

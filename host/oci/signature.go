@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
@@ -48,9 +49,11 @@ var (
 	// ErrNoSignature: no signature manifest, or one without a
 	// simple-signing layer.
 	ErrNoSignature = errors.New("no signature")
-	// ErrBadSignature: the signature does not verify with any of the keys
-	// (another key, or a payload changed after signing).
-	ErrBadSignature = errors.New("signature does not verify with the given keys")
+	// ErrBadSignature: the signature is not trusted: it does not verify
+	// with any of the keys (another key, or a payload changed after
+	// signing), or a keyless signature of another identity, by a
+	// certificate authority not trusted, or not in a trusted log.
+	ErrBadSignature = errors.New("signature not trusted")
 	// ErrSignatureMismatch: a valid signature of a payload that names
 	// another manifest.
 	ErrSignatureMismatch = errors.New("signed payload is for another artifact")
@@ -77,6 +80,12 @@ type Signatures struct {
 	// Found counts the simple-signing layers, Verified those that verify
 	// with one of the keys and name the module's manifest.
 	Found, Verified int
+	// Bundles counts the Sigstore bundles attached to the module (read
+	// only when the key-based signatures do not satisfy a policy);
+	// Signers names who signed those that verify: "key sha256:…" or a
+	// keyless identity, "SUBJECT (ISSUER)".
+	Bundles int
+	Signers []string
 	// Cached reports that the registry could not be reached and the
 	// signatures verified on an earlier pull were verified again from the
 	// cache.
@@ -110,20 +119,108 @@ func signaturePayload(r Reference, d digest.Digest) ([]byte, error) {
 	return json.Marshal(p)
 }
 
-// Verify checks that at least one signature of the module ref, in cosign's
-// layout, verifies with one of keys and names the module's manifest. A tag
-// is resolved only if Options.AllowTags is set. It fails closed: no key, no
-// signature, or a registry it cannot read is an error.
-func (c *Client) Verify(ctx context.Context, ref string, keys []crypto.PublicKey) (*Signatures, error) {
+// Verify checks that the module ref satisfies every policy (see
+// SignaturePolicy), in cosign's key-based layout or the Sigstore bundle
+// layout. A tag is resolved only if Options.AllowTags is set. It fails
+// closed: no policy, no signature, or a registry it cannot read is an
+// error.
+func (c *Client) Verify(ctx context.Context, ref string, policies ...SignaturePolicy) (*Signatures, error) {
 	r, repo, d, err := c.target(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	s, err := c.verifySignatures(ctx, func() (*remote.Repository, error) { return repo, nil }, r, d, keys)
+	if len(policies) == 0 {
+		return nil, fmt.Errorf("module %q: no key or keyless identity to verify with", ref)
+	}
+	s, err := c.verifyPolicies(ctx, func() (*remote.Repository, error) { return repo, nil }, r, d, policies)
 	if err != nil {
 		return nil, fmt.Errorf("module %q: %w", ref, err)
 	}
 	return s, nil
+}
+
+// verifyPolicies checks that manifest d of r satisfies every policy. The
+// key-based signatures are read for each policy with keys, the bundles
+// once; bundles that verify are cached.
+func (c *Client) verifyPolicies(ctx context.Context, getRepo func() (*remote.Repository, error), r Reference, d digest.Digest, policies []SignaturePolicy) (*Signatures, error) {
+	s := &Signatures{Reference: r.Pinned(d.String()), SignatureReference: Scheme + r.Registry + "/" + r.Repository + ":" + SignatureTag(d)}
+	var (
+		bundles *bundleSet
+		good    []blob
+	)
+	for i, p := range policies {
+		if p.empty() {
+			return nil, fmt.Errorf("signature policy %d trusts no key and no keyless identity", i)
+		}
+		var errs []error
+		satisfied := false
+		if len(p.PublicKeys) > 0 {
+			ls, err := c.verifySignatures(ctx, getRepo, r, d, p.PublicKeys)
+			switch {
+			case err == nil:
+				satisfied = true
+				s.SignatureManifest, s.Found, s.Verified = ls.SignatureManifest, ls.Found, max(s.Verified, ls.Verified)
+				s.Cached = s.Cached || ls.Cached
+			case !errors.Is(err, ErrNoSignature):
+				errs = append(errs, err)
+			}
+		}
+		if !satisfied {
+			if bundles == nil {
+				b := c.readBundles(ctx, getRepo, d)
+				bundles = &b
+				s.Bundles = len(b.bundles)
+			}
+			if bundles.err != nil {
+				errs = append(errs, fmt.Errorf("signature bundles: %w", bundles.err))
+			}
+			signers, ok, failures := verifyBundles(*bundles, d, p)
+			if len(ok) > 0 {
+				satisfied = true
+				s.Signers = appendNew(s.Signers, signers...)
+				good = append(good, ok...)
+				s.Cached = s.Cached || bundles.cached
+			}
+			errs = append(errs, failures...)
+		}
+		if satisfied {
+			continue
+		}
+		if len(errs) == 0 {
+			return nil, fmt.Errorf("%w: neither %s nor a signature bundle (referrer of type %s)", ErrNoSignature, s.SignatureReference, BundleMediaType)
+		}
+		return nil, fmt.Errorf("no signature is trusted by %s: %w", p.describe(), errors.Join(errs...))
+	}
+	if len(good) > 0 && c.cache != nil && !bundles.cached {
+		if err := c.cacheBundles(d, dedupe(good)); err != nil {
+			klog.FromContext(ctx).Error(err, "Caching a module's signature bundles failed; a pull with the registry down will fail", "reference", s.Reference)
+		}
+	}
+	return s, nil
+}
+
+// appendNew appends the values of vs that list does not hold.
+func appendNew(list []string, vs ...string) []string {
+	for _, v := range vs {
+		if !slices.Contains(list, v) {
+			list = append(list, v)
+		}
+	}
+	return list
+}
+
+// dedupe drops repeated blobs (a bundle that verified under two
+// policies).
+func dedupe(bs []blob) []blob {
+	seen := map[digest.Digest]bool{}
+	out := bs[:0:0]
+	for _, b := range bs {
+		if !seen[b.desc.Digest] {
+			seen[b.desc.Digest] = true
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // Sign signs the module ref with key and adds the signature to its

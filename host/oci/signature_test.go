@@ -76,9 +76,12 @@ func signECDSA(t *testing.T, k *ecdsa.PrivateKey, payload []byte) string {
 	return base64.StdEncoding.EncodeToString(sig)
 }
 
-// TestSignVerify: what Sign writes, Verify accepts with the signer's public
-// key only, for each key type cosign uses.
-func TestSignVerify(t *testing.T) {
+// signers returns a key of each type cosign uses.
+func signers(t *testing.T) []struct {
+	name string
+	key  crypto.Signer
+} {
+	t.Helper()
 	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
@@ -87,14 +90,16 @@ func TestSignVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
+	return []struct {
 		name string
 		key  crypto.Signer
-	}{
-		{"ECDSA P-256", ecdsaKey(t)},
-		{"RSA", rsaKey},
-		{"Ed25519", edKey},
-	} {
+	}{{"ECDSA P-256", ecdsaKey(t)}, {"RSA", rsaKey}, {"Ed25519", edKey}}
+}
+
+// TestSignVerify: what Sign writes, Verify accepts with the signer's public
+// key only, for each key type cosign uses.
+func TestSignVerify(t *testing.T) {
+	for _, tc := range signers(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := ocitest.New(t)
 			a := push(t, reg)
@@ -108,10 +113,10 @@ func TestSignVerify(t *testing.T) {
 			if s.Reference != a.Reference || s.SignatureReference != wantSig || s.Found != 1 || s.Verified != 1 {
 				t.Fatalf("Sign: %+v", s)
 			}
-			if _, err := c.Verify(ctx, a.Reference, []crypto.PublicKey{tc.key.Public()}); err != nil {
+			if _, err := c.Verify(ctx, a.Reference, oci.SignaturePolicy{PublicKeys: []crypto.PublicKey{tc.key.Public()}}); err != nil {
 				t.Fatal(err)
 			}
-			_, err = c.Verify(ctx, a.Reference, []crypto.PublicKey{ecdsaKey(t).Public()})
+			_, err = c.Verify(ctx, a.Reference, oci.SignaturePolicy{PublicKeys: []crypto.PublicKey{ecdsaKey(t).Public()}})
 			if !errors.Is(err, oci.ErrBadSignature) {
 				t.Fatalf("another key: %v", err)
 			}
@@ -181,12 +186,12 @@ func TestSignAgain(t *testing.T) {
 		}
 	}
 	for _, k := range []crypto.Signer{k1, k2} {
-		s, err := c.Verify(ctx, a.Reference, []crypto.PublicKey{k.Public()})
+		s, err := c.Verify(ctx, a.Reference, oci.SignaturePolicy{PublicKeys: []crypto.PublicKey{k.Public()}})
 		if err != nil || s.Found != 2 || s.Verified != 1 {
 			t.Fatalf("Verify: %+v, %v", s, err)
 		}
 	}
-	s, err := c.Verify(ctx, a.Reference, []crypto.PublicKey{k1.Public(), k2.Public()})
+	s, err := c.Verify(ctx, a.Reference, oci.SignaturePolicy{PublicKeys: []crypto.PublicKey{k1.Public(), k2.Public()}})
 	if err != nil || s.Verified != 2 {
 		t.Fatalf("Verify with both keys: %+v, %v", s, err)
 	}
@@ -231,7 +236,7 @@ func TestVerifyFailsClosed(t *testing.T) {
 			if tc.layers != nil {
 				putSignatures(t, reg, "wasp/selection", a.ManifestDigest, tc.layers(reg, a)...)
 			}
-			_, err := newClient(t, oci.Options{}).Verify(context.Background(), a.Reference, []crypto.PublicKey{key.Public()})
+			_, err := newClient(t, oci.Options{}).Verify(context.Background(), a.Reference, oci.SignaturePolicy{PublicKeys: []crypto.PublicKey{key.Public()}})
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
@@ -244,7 +249,7 @@ func TestVerifyFailsClosed(t *testing.T) {
 			// A pull that requires signatures refuses the module, and
 			// caches nothing of it.
 			dir := t.TempDir()
-			_, err = newClient(t, oci.Options{CacheDir: dir, PublicKeys: []crypto.PublicKey{key.Public()}}).Pull(context.Background(), a.Reference)
+			_, err = newClient(t, oci.Options{CacheDir: dir, Signatures: []oci.SignaturePolicy{{PublicKeys: []crypto.PublicKey{key.Public()}}}}).Pull(context.Background(), a.Reference)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("pull: got %v, want %v", err, tc.want)
 			}
@@ -263,7 +268,7 @@ func TestVerifyAnySignature(t *testing.T) {
 	p := cosignPayload(reg.Host+"/wasp/selection", a.ManifestDigest)
 	putSignatures(t, reg, "wasp/selection", a.ManifestDigest,
 		[2]string{string(p), "garbage"}, [2]string{string(p), signECDSA(t, ecdsaKey(t), p)}, [2]string{string(p), signECDSA(t, key, p)})
-	s, err := newClient(t, oci.Options{}).Verify(context.Background(), a.Reference, []crypto.PublicKey{key.Public()})
+	s, err := newClient(t, oci.Options{}).Verify(context.Background(), a.Reference, oci.SignaturePolicy{PublicKeys: []crypto.PublicKey{key.Public()}})
 	if err != nil || s.Found != 3 || s.Verified != 1 {
 		t.Fatalf("Verify: %+v, %v", s, err)
 	}
@@ -282,26 +287,26 @@ func TestPullVerifiesSignatures(t *testing.T) {
 	}
 	dir := t.TempDir()
 	keys := []crypto.PublicKey{key.Public()}
-	got, err := newClient(t, oci.Options{CacheDir: dir, PublicKeys: keys}).Pull(ctx, a.Reference)
+	got, err := newClient(t, oci.Options{CacheDir: dir, Signatures: []oci.SignaturePolicy{{PublicKeys: keys}}}).Pull(ctx, a.Reference)
 	if err != nil || got.Signatures == nil || got.Signatures.Verified != 1 || got.Signatures.Cached {
 		t.Fatalf("pull: %+v, %v", got, err)
 	}
 	// Tags too, if allowed: the digest the tag resolves to is verified.
-	if _, err := newClient(t, oci.Options{PublicKeys: keys, AllowTags: true}).Pull(ctx, "oci://"+reg.Host+"/wasp/selection:v1"); err != nil {
+	if _, err := newClient(t, oci.Options{Signatures: []oci.SignaturePolicy{{PublicKeys: keys}}, AllowTags: true}).Pull(ctx, "oci://"+reg.Host+"/wasp/selection:v1"); err != nil {
 		t.Fatal(err)
 	}
 
 	reg.Close()
-	down, err := newClient(t, oci.Options{CacheDir: dir, PublicKeys: keys}).Pull(ctx, a.Reference)
+	down, err := newClient(t, oci.Options{CacheDir: dir, Signatures: []oci.SignaturePolicy{{PublicKeys: keys}}}).Pull(ctx, a.Reference)
 	if err != nil || !down.Cached || !down.Signatures.Cached || down.Signatures.Verified != 1 {
 		t.Fatalf("pull with the registry down: %+v, %v", down, err)
 	}
-	_, err = newClient(t, oci.Options{CacheDir: dir, PublicKeys: []crypto.PublicKey{ecdsaKey(t).Public()}}).Pull(ctx, a.Reference)
+	_, err = newClient(t, oci.Options{CacheDir: dir, Signatures: []oci.SignaturePolicy{{PublicKeys: []crypto.PublicKey{ecdsaKey(t).Public()}}}}).Pull(ctx, a.Reference)
 	if !errors.Is(err, oci.ErrBadSignature) {
 		t.Fatalf("pull with the registry down, another key: %v", err)
 	}
 	// Without cached signatures, a registry that is down fails the pull.
-	_, err = newClient(t, oci.Options{CacheDir: t.TempDir(), PublicKeys: keys}).Pull(ctx, a.Reference)
+	_, err = newClient(t, oci.Options{CacheDir: t.TempDir(), Signatures: []oci.SignaturePolicy{{PublicKeys: keys}}}).Pull(ctx, a.Reference)
 	if err == nil {
 		t.Fatal("pull with the registry down and nothing cached succeeded")
 	}
@@ -370,14 +375,14 @@ func TestSaveLoadSignatures(t *testing.T) {
 		t.Fatalf("load: %v, %v", loaded, err)
 	}
 	keys := []crypto.PublicKey{key.Public()}
-	a, err := newClient(t, oci.Options{CacheDir: dir, PublicKeys: keys}).Pull(ctx, signed.Reference)
+	a, err := newClient(t, oci.Options{CacheDir: dir, Signatures: []oci.SignaturePolicy{{PublicKeys: keys}}}).Pull(ctx, signed.Reference)
 	if err != nil || !a.Cached || a.Signatures == nil || !a.Signatures.Cached || a.Signatures.Verified != 1 {
 		t.Fatalf("pull of the signed module: %+v, %v", a, err)
 	}
-	if _, err := newClient(t, oci.Options{CacheDir: dir, PublicKeys: keys}).Pull(ctx, unsigned.Reference); err == nil {
+	if _, err := newClient(t, oci.Options{CacheDir: dir, Signatures: []oci.SignaturePolicy{{PublicKeys: keys}}}).Pull(ctx, unsigned.Reference); err == nil {
 		t.Fatal("the unsigned module was pulled with public keys")
 	}
-	_, err = newClient(t, oci.Options{CacheDir: dir, PublicKeys: []crypto.PublicKey{ecdsaKey(t).Public()}}).Pull(ctx, signed.Reference)
+	_, err = newClient(t, oci.Options{CacheDir: dir, Signatures: []oci.SignaturePolicy{{PublicKeys: []crypto.PublicKey{ecdsaKey(t).Public()}}}}).Pull(ctx, signed.Reference)
 	if !errors.Is(err, oci.ErrBadSignature) {
 		t.Fatalf("pull with another key: %v", err)
 	}

@@ -30,7 +30,7 @@ func buildWasp(t *testing.T) string {
 		t.Skip("builds wasp: not in -short mode")
 	}
 	bin := filepath.Join(t.TempDir(), "wasp")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/wasp-proxy/wasp/cmd/wasp").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-tags", "grpcnotrace", "-o", bin, "github.com/wasp-proxy/wasp/cmd/wasp").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin

@@ -132,6 +132,10 @@ func (r *Registry) serve(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	switch {
+	case strings.Contains(path, "/referrers/"):
+		// No referrers API, as the distribution registry: clients fall
+		// back to the referrers tag (sha256-HEX).
+		http.NotFound(w, req)
 	case strings.Contains(path, "/blobs/uploads/"):
 		repo, id, _ := strings.Cut(path, "/blobs/uploads/")
 		r.upload(w, req, repo, id)

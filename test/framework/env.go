@@ -146,7 +146,7 @@ func BuildWasp(ctx context.Context, dir string) (string, error) {
 	_, file, _, _ := goruntime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	bin := filepath.Join(dir, "wasp")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/wasp")
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "grpcnotrace", "-o", bin, "./cmd/wasp")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -85,6 +85,11 @@ type WaspConfiguration struct {
 	// Modules replace the builtin module of a stage, at most one per
 	// stage. Stages not listed run their builtin module.
 	Modules []ModuleConfiguration `json:"modules,omitempty"`
+	// ModuleSignatures, when set, make every oci:// module (of this file
+	// and of ServiceProxyModule objects) load only with a signature it
+	// trusts, in addition to the module's own signatures section (fail
+	// closed).
+	ModuleSignatures *ModuleSignatures `json:"moduleSignatures,omitempty"`
 }
 
 // ClientConnectionConfiguration is how wasp talks to the apiserver.
@@ -243,17 +248,43 @@ type ModuleConfiguration struct {
 	// FailurePolicy is what a service port gets when the module fails on
 	// it. Default KeepLastGood.
 	FailurePolicy FailurePolicy `json:"failurePolicy,omitempty"`
-	// Signatures, when set, make an oci:// module load only with a valid
-	// cosign-compatible signature by one of its keys (fail closed).
+	// Signatures, when set, make an oci:// module load only with a
+	// cosign-compatible signature they trust (fail closed), in addition to
+	// the node-wide moduleSignatures.
 	Signatures *ModuleSignatures `json:"signatures,omitempty"`
 }
 
-// ModuleSignatures are the keys an OCI module must be signed with.
+// ModuleSignatures say whose signature an OCI module must carry: one
+// signature by one of the keys, or a keyless one by one of the
+// identities, is enough. At least one key or a keyless section.
 type ModuleSignatures struct {
 	// PublicKeys are PEM "PUBLIC KEY" blocks (ECDSA, RSA or Ed25519),
-	// each given inline or as the path of a file on the node. At least
-	// one.
-	PublicKeys []string `json:"publicKeys"`
+	// each given inline or as the path of a file on the node.
+	PublicKeys []string `json:"publicKeys,omitempty"`
+	// Keyless accepts Sigstore keyless signatures (a Fulcio certificate,
+	// logged in Rekor) of the identities it lists.
+	Keyless *KeylessSignatures `json:"keyless,omitempty"`
+}
+
+// KeylessSignatures are the signers of keyless signatures trusted, and the
+// Sigstore that vouches for them.
+type KeylessSignatures struct {
+	// TrustedRoot is the Sigstore trusted root (trusted_root.json): the
+	// path of a file on the node, or the JSON itself. Required.
+	TrustedRoot string `json:"trustedRoot"`
+	// Identities are the signers trusted. At least one.
+	Identities []CertificateIdentity `json:"identities"`
+}
+
+// CertificateIdentity is a keyless signer, as `cosign verify` names one:
+// an OIDC issuer and a subject (an email, or a URI such as a CI
+// workflow's), each exact or as a regular expression (RE2). One form of
+// each is required.
+type CertificateIdentity struct {
+	Issuer        string `json:"issuer,omitempty"`
+	IssuerRegExp  string `json:"issuerRegExp,omitempty"`
+	Subject       string `json:"subject,omitempty"`
+	SubjectRegExp string `json:"subjectRegExp,omitempty"`
 }
 
 // ModuleLimits bound what a module may use.
