@@ -41,14 +41,7 @@ func TestNative(t *testing.T) {
 // golden output byte for byte, call after call.
 func TestInWasp(t *testing.T) {
 	ctx := context.Background()
-	tc, err := rustbuild.Find(ctx)
-	if err != nil {
-		rustbuild.SkipOrFail(t, err)
-	}
-	wasm, err := tc.Build(ctx, rustbuild.Paths{SDK: ".", Module: filepath.Join("testdata", "golden")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm, rt := goldenModule(t)
 	meta, err := runtime.Inspect(wasm)
 	if err != nil {
 		t.Fatal(err)
@@ -62,12 +55,6 @@ func TestInWasp(t *testing.T) {
 	if !reflect.DeepEqual(*meta, want) {
 		t.Errorf("metadata %+v, want %+v", *meta, want)
 	}
-
-	rt, err := runtime.New(runtime.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(ctx) })
 	m, err := rt.Load(ctx, "rust-golden", wasm, runtime.Limits{Instances: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -96,19 +83,7 @@ func TestInWasp(t *testing.T) {
 // wasp_configure export reaches the handler and returns its message.
 func TestConfigureInWasp(t *testing.T) {
 	ctx := context.Background()
-	tc, err := rustbuild.Find(ctx)
-	if err != nil {
-		rustbuild.SkipOrFail(t, err)
-	}
-	wasm, err := tc.Build(ctx, rustbuild.Paths{SDK: ".", Module: filepath.Join("testdata", "golden")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := runtime.New(runtime.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close(ctx) })
+	wasm, rt := goldenModule(t)
 	for _, tt := range []struct{ config, want string }{
 		{"", ""},
 		{`{"zones": ["zone-b"]}`, ""},
@@ -130,6 +105,27 @@ func TestConfigureInWasp(t *testing.T) {
 			t.Errorf("config %q: got %v, want ErrConfigRejected %q", tt.config, err, tt.want)
 		}
 	}
+}
+
+// goldenModule builds testdata/golden for Wasm and returns it with a
+// runtime to load it into.
+func goldenModule(t *testing.T) ([]byte, *runtime.Runtime) {
+	t.Helper()
+	ctx := context.Background()
+	tc, err := rustbuild.Find(ctx)
+	if err != nil {
+		rustbuild.SkipOrFail(t, err)
+	}
+	wasm, err := tc.Build(ctx, rustbuild.Paths{SDK: ".", Module: filepath.Join("testdata", "golden")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := runtime.New(runtime.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(ctx) })
+	return wasm, rt
 }
 
 // golden reads a hex file of abi/testdata.
