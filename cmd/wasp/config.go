@@ -51,6 +51,10 @@ var configFlags = []struct{ flag, field string }{
 	{"conntrack-udp-timeout", "linux.conntrack.udpTimeout"},
 	{"conntrack-udp-timeout-stream", "linux.conntrack.udpStreamTimeout"},
 	{"module", "modules"},
+	{"module-public-key", "moduleSignatures.publicKeys"},
+	{"module-trusted-root", "moduleSignatures.keyless.trustedRoot"},
+	{"module-certificate-identity", "moduleSignatures.keyless.identities"},
+	{"module-certificate-oidc-issuer", "moduleSignatures.keyless.identities"},
 }
 
 // waspConfig returns the configuration of wasp run: the file of --config,
@@ -222,6 +226,13 @@ func (f *runFlags) applyFlags(fs *pflag.FlagSet, c *v1alpha1.WaspConfiguration) 
 			src = "file://" + filepath.ToSlash(abs)
 		}
 		c.Modules = append(c.Modules, v1alpha1.ModuleConfiguration{Stage: stage, Source: src})
+	}
+	if len(f.moduleKeys) > 0 || f.moduleTrustedRoot != "" || f.moduleIdentity != "" || f.moduleIssuer != "" {
+		c.ModuleSignatures = &v1alpha1.ModuleSignatures{PublicKeys: f.moduleKeys}
+		if f.moduleTrustedRoot != "" || f.moduleIdentity != "" || f.moduleIssuer != "" {
+			c.ModuleSignatures.Keyless = &v1alpha1.KeylessSignatures{TrustedRoot: f.moduleTrustedRoot,
+				Identities: []v1alpha1.CertificateIdentity{{Issuer: f.moduleIssuer, Subject: f.moduleIdentity}}}
+		}
 	}
 	return errors.Join(errs...)
 }

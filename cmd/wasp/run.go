@@ -124,6 +124,9 @@ type runFlags struct {
 	profilingBindAddress         string
 	ipFamilies                   []string
 	modules                      []string
+	moduleKeys                   []string // --module-public-key
+	moduleTrustedRoot            string
+	moduleIdentity, moduleIssuer string
 	cacheDir                     string
 	proxyMode                    string
 	oomScoreAdj                  int32
@@ -160,6 +163,10 @@ func (f *runFlags) add(cmd *cobra.Command) {
 	fs.StringVar(&f.profilingBindAddress, "profiling-bind-address", "", `IP:port where Go's profiles are served under /debug/pprof/ ("": off; keep it on 127.0.0.1)`)
 	fs.StringSliceVar(&f.ipFamilies, "ip-families", nil, "the IP families to proxy: ipv4, ipv6 or both (default: as ipFamilyPolicy says, from the node's primary IPs); also with --config")
 	fs.StringArrayVar(&f.modules, "module", nil, "STAGE=SOURCE: run a module instead of the builtin one (repeatable); SOURCE is builtin:NAME, file:///PATH, oci://REPO@sha256:DIGEST or a path")
+	fs.StringArrayVar(&f.moduleKeys, "module-public-key", nil, "PEM public key file: every oci:// module must carry a signature by one of these keys, or a keyless one --module-certificate-identity trusts (repeatable)")
+	fs.StringVar(&f.moduleTrustedRoot, "module-trusted-root", "", "Sigstore trusted root (trusted_root.json) for keyless module signatures")
+	fs.StringVar(&f.moduleIdentity, "module-certificate-identity", "", "keyless: the identity (email or URI) whose signature every oci:// module must carry; with --module-certificate-oidc-issuer and --module-trusted-root")
+	fs.StringVar(&f.moduleIssuer, "module-certificate-oidc-issuer", "", "keyless: that identity's OIDC issuer")
 	fs.StringVar(&f.cacheDir, "cache-dir", defaultCacheDir(), `where compiled modules are cached across runs ("": no cache)`)
 	fs.StringVar(&f.proxyMode, "proxy-mode", string(v1alpha1.DefaultMode), "the dataplane; wasp implements nftables only")
 	fs.Int32Var(&f.oomScoreAdj, "oom-score-adj", v1alpha1.DefaultOOMScoreAdj, "the oom_score_adj of the wasp process, in [-1000, 1000]")
