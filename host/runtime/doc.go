@@ -38,6 +38,16 @@
 // Modules may not import from wasp themselves: Inspect accepts only WASI
 // imports, and runs on the binary before the instrumenter adds its import.
 //
+// # Configuration
+//
+// A module may export wasp_configure (docs/abi.md §2.7). Load's WithConfig
+// gives it its configuration, which every instance, the first at load and
+// each one the pool creates later, receives after its initialisation and
+// before its first call. Load fails with ErrConfigRejected when the module
+// rejects the configuration or cannot take one; the compiled code stays
+// keyed by the binary's digest alone, so one binary under several
+// configurations is compiled once.
+//
 // A call that traps, times out, exhausts memory or returns garbage is
 // reported as a *CallError with a Reason; the instance is discarded and
 // replaced on the next call, so one bad call never poisons the next.

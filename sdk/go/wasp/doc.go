@@ -40,6 +40,28 @@
 // Returning an error, or panicking, fails only the service port at hand: the
 // host keeps that port's last good result.
 //
+// # Configuration
+//
+// A module that takes a configuration of its own (the config of its entry
+// in wasp's configuration file, or spec.config of its ServiceProxyModule)
+// registers a handler, also from an init function:
+//
+//	func init() {
+//		wasp.Configure(func(config []byte) error {
+//			return json.Unmarshal(config, &settings) // empty: none given
+//		})
+//	}
+//
+// The host calls it with the configuration's JSON on every new instance,
+// before the first stage call, always with the same bytes. Returning an
+// error (or panicking) rejects the configuration: the host does not load
+// the module and reports the message. The SDK exports wasp_configure in
+// every module, since go:wasmexport cannot be conditional; without a
+// handler it accepts only no configuration (empty, null or {}) and rejects
+// any other. wasptest.Configure runs the handler natively. Parsing the
+// configuration is the module's affair: encoding/json is fine, the SDK
+// itself needs none.
+//
 // # TinyGo
 //
 // The SDK uses no reflection, no encoding packages and no goroutines, and the
