@@ -29,6 +29,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/modules"
+	"github.com/wasp-proxy/wasp/internal/sigstoretest"
 	fw "github.com/wasp-proxy/wasp/test/framework"
 )
 
@@ -40,7 +41,10 @@ import (
 // the registry does not have each leave it serving (KeepLastGood), with
 // the failure in wasp's log and in the node's status entry; and with
 // the registry stopped, a new wasp process loads it from its
-// --cache-dir. It logs how long the swap and the cold start took.
+// --cache-dir. Keyless signatures of a Sigstore of the test's own are
+// required: of the right identity the module loads, of another identity
+// or without a signature it keeps serving the last good version, and the
+// cold start verifies the cached signature bundle again. It logs how long the swap and the cold start took.
 func TestRegistry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -151,14 +155,69 @@ func TestRegistry(t *testing.T) {
 			t.Fatalf("KeepLastGood after %s: %v", tc.name, err)
 		}
 	}
+	// Signatures: the module signed keylessly (a bundle referrer, as
+	// cosign 3 attaches it) by release@example.com of this test's own
+	// Sigstore. Required of the right identity, it loads; of another
+	// identity, or on an unsigned module, the load fails closed and the
+	// last good version keeps serving.
+	setSpec(t, s, objs, "heavy", "source", pinned)
+	wantStatus(t, s, objs, "heavy", catalog.PhaseActive, runtime.Digest(mustRead(t, heavy)), "")
+	store := sigstoretest.New(t)
+	root := filepath.Join(env.Dir, "trusted_root.json")
+	if err := os.WriteFile(root, store.TrustedRoot(t), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	statement, err := oci.SignStatement(pinned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AttachBundle(ctx, pinned, store.Sign(t, "release@example.com", "https://issuer.example.com", statement)); err != nil {
+		t.Fatal(err)
+	}
+	signedBy := func(subject string) map[string]any {
+		return map[string]any{"keyless": map[string]any{"trustedRoot": root,
+			"identities": []any{map[string]any{"issuer": "https://issuer.example.com", "subject": subject}}}}
+	}
+	for _, tc := range []struct {
+		name, source, subject, reason string
+	}{
+		{"a signature of another identity", pinned, "mallory@example.com", "signature not trusted"},
+		{"an unsigned module", brokenRef, "release@example.com", "no signature"},
+	} {
+		from := len(w.Log())
+		setSpec(t, s, objs, "heavy", "signatures", signedBy(tc.subject))
+		setSpec(t, s, objs, "heavy", "source", tc.source)
+		fw.Eventually(t, converge, func() error {
+			for _, line := range strings.Split(w.Log()[from:], "\n") {
+				if strings.Contains(line, "Loading the ServiceProxyModules' chain failed") && strings.Contains(line, tc.reason) {
+					t.Logf("%s: %s", tc.name, line)
+					return nil
+				}
+			}
+			return fmt.Errorf("%s: no failed load for %q in wasp's log yet", tc.name, tc.reason)
+		})
+		wantStatus(t, s, objs, "heavy", catalog.PhaseFailed, "", tc.reason)
+		if err := spread(0.9); err != nil {
+			t.Fatalf("KeepLastGood after %s: %v", tc.name, err)
+		}
+	}
+	// The right identity: verified, and its bundle cached for the cold
+	// start below.
+	setSpec(t, s, objs, "heavy", "signatures", signedBy("release@example.com"))
+	setSpec(t, s, objs, "heavy", "source", pinned)
+	wantStatus(t, s, objs, "heavy", catalog.PhaseActive, runtime.Digest(mustRead(t, heavy)), "")
+	if err := spread(0.9); err != nil {
+		t.Fatalf("the keyless-signed module: %v", err)
+	}
 	if done, err := w.Exited(); done || w.Pid() != pid {
 		t.Fatalf("wasp restarted or exited (%v): module changes must not restart it", err)
 	}
 
-	// Cold start from the cache: the object names the registry's module,
-	// the registry is down, and wasp's rules are gone, so only the new
-	// process, with its cache, can answer 9:1.
-	setSpec(t, s, objs, "heavy", "source", pinned)
+	// Cold start from the cache: the object names the registry's module
+	// and requires its keyless signature, the registry is down, and
+	// wasp's rules are gone, so only the new process, with its cache (the
+	// module and its signature bundle, verified again offline), can answer
+	// 9:1.
 	reg.stop(t)
 	w.Stop()
 	if out, err := env.RunWasp(ctx, "cleanup"); err != nil {
@@ -176,6 +235,9 @@ func TestRegistry(t *testing.T) {
 		t.Logf("cold start: process start → first %q logged: %s: %s", marker, ms(at), line)
 	}
 	t.Logf("cold start from the cache, registry down: process start → 9:1 observed: %s", cold)
+	if !strings.Contains(w2.Log(), "verifying the module's cached signature bundles again") {
+		t.Errorf("the restarted wasp did not verify the module's cached signature bundle")
+	}
 	if strings.Contains(w2.Log(), "Loading the ServiceProxyModules' chain failed") {
 		t.Errorf("the restarted wasp failed to load a module it has in its cache")
 	}
