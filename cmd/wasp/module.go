@@ -105,6 +105,9 @@ verify and whose they are (wasp module verify fails when none does).`,
 				}
 				wasm = a.Wasm
 				out.Reference, out.Tag, out.ManifestDigest, out.Annotations = a.Reference, a.Tag, a.ManifestDigest.String(), a.Annotations
+				if out.SignaturesFound, err = c.FindSignatures(cmd.Context(), a.Reference); err != nil {
+					return fmt.Errorf("signatures of %s: %w", a.Reference, err)
+				}
 				if trust.given() {
 					p, err := trust.policy()
 					if err != nil {
@@ -152,6 +155,8 @@ type inspection struct {
 	Metadata       any               `json:"metadata"`
 	Annotations    map[string]string `json:"annotations,omitempty"`
 	Signatures     string            `json:"signatures"`
+	// SignaturesFound lists an oci:// module's signatures, unverified.
+	SignaturesFound []oci.FoundSignature `json:"signaturesFound,omitempty"`
 }
 
 func newModulePushCommand() *cobra.Command {

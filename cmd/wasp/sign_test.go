@@ -108,12 +108,18 @@ func TestModuleSignVerify(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got struct{ Signatures string }
+			var got struct {
+				Signatures      string
+				SignaturesFound []oci.FoundSignature
+			}
 			if err := json.Unmarshal([]byte(out), &got); err != nil {
 				t.Fatal(err)
 			}
 			if !strings.HasPrefix(got.Signatures, tc.want) {
 				t.Fatalf("signatures: %q, want %q...", got.Signatures, tc.want)
+			}
+			if len(got.SignaturesFound) != 1 || got.SignaturesFound[0].Layout != "simplesigning" {
+				t.Fatalf("signaturesFound: %+v, want the one simple-signing signature", got.SignaturesFound)
 			}
 		})
 	}

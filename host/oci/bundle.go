@@ -21,6 +21,7 @@ import (
 	protocommon "github.com/sigstore/protobuf-specs/gen/pb-go/common/v1"
 	protodsse "github.com/sigstore/protobuf-specs/gen/pb-go/dsse"
 	"github.com/sigstore/sigstore-go/pkg/bundle"
+	"github.com/sigstore/sigstore-go/pkg/fulcio/certificate"
 	"github.com/sigstore/sigstore-go/pkg/root"
 	sgverify "github.com/sigstore/sigstore-go/pkg/verify"
 	"github.com/sigstore/sigstore/pkg/signature"
@@ -447,4 +448,82 @@ func verifyBundles(set bundleSet, d digest.Digest, p SignaturePolicy) (signers [
 		ok = append(ok, b)
 	}
 	return signers, ok, failures
+}
+
+// FoundSignature is a signature attached to a module as read from the
+// registry, before any verification: what `wasp module inspect` lists.
+type FoundSignature struct {
+	// Layout is "bundle" (a Sigstore bundle referrer) or "simplesigning"
+	// (a layer of the sha256-HEX.sig manifest).
+	Layout string `json:"layout"`
+	// Digest is the bundle's or the signature layer's.
+	Digest digest.Digest `json:"digest"`
+	// Signer is who the bundle says signed it, unverified: "key HINT",
+	// or a keyless certificate's "SUBJECT (ISSUER)"; empty for simple
+	// signing, which names no signer.
+	Signer string `json:"signer,omitempty"`
+	// Problem says why the signature cannot be read, if it cannot.
+	Problem string `json:"problem,omitempty"`
+}
+
+// FindSignatures lists the signatures attached to the module ref in
+// either layout, without verifying them.
+func (c *Client) FindSignatures(ctx context.Context, ref string) ([]FoundSignature, error) {
+	_, repo, d, err := c.target(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	var out []FoundSignature
+	_, data, err := fetchSignatureManifest(ctx, repo, SignatureTag(d))
+	switch {
+	case err == nil:
+		var m ocispec.Manifest
+		if err := json.Unmarshal(data, &m); err != nil {
+			return nil, fmt.Errorf("%s: %w: %w", SignatureTag(d), ErrMalformedSignature, err)
+		}
+		for _, l := range m.Layers {
+			if l.MediaType == SignatureMediaType {
+				out = append(out, FoundSignature{Layout: "simplesigning", Digest: l.Digest})
+			}
+		}
+	case !errors.Is(err, ErrNotFound):
+		return nil, err
+	}
+	bundles, err := fetchBundles(ctx, repo, d)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	for _, b := range bundles {
+		f := FoundSignature{Layout: "bundle", Digest: b.desc.Digest}
+		f.Signer, err = claimedSigner(b.data)
+		if err != nil {
+			f.Problem = err.Error()
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// claimedSigner returns who a bundle says signed it, unverified.
+func claimedSigner(data []byte) (string, error) {
+	var b bundle.Bundle
+	if err := b.UnmarshalJSON(data); err != nil {
+		return "", err
+	}
+	if pk := b.VerificationMaterial.GetPublicKey(); pk != nil {
+		return "key " + pk.GetHint(), nil
+	}
+	vc, err := b.VerificationContent()
+	if err != nil {
+		return "", err
+	}
+	cert := vc.Certificate()
+	if cert == nil {
+		return "", errors.New("no certificate")
+	}
+	sum, err := certificate.SummarizeCertificate(cert)
+	if err != nil {
+		return "", err
+	}
+	return sum.SubjectAlternativeName + " (" + sum.Issuer + ")", nil
 }

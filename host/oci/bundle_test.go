@@ -247,3 +247,43 @@ func TestNewKeylessPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestFindSignatures: every signature of a module is listed, in both
+// layouts, with the signer a bundle claims, before any verification.
+func TestFindSignatures(t *testing.T) {
+	reg := ocitest.New(t)
+	a := push(t, reg)
+	ctx := context.Background()
+	c := newClient(t, oci.Options{})
+	if found, err := c.FindSignatures(ctx, a.Reference); err != nil || len(found) != 0 {
+		t.Fatalf("unsigned: %+v, %v", found, err)
+	}
+	key := ecdsaKey(t)
+	if _, err := c.Sign(ctx, a.Reference, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SignBundle(ctx, a.Reference, key); err != nil {
+		t.Fatal(err)
+	}
+	signKeyless(t, sigstoretest.New(t), a.Reference, signer, nil)
+	found, err := c.FindSignatures(ctx, a.Reference)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range found {
+		if f.Digest == "" || f.Problem != "" {
+			t.Errorf("%+v", f)
+		}
+		got = append(got, f.Layout+" "+f.Signer)
+	}
+	want := []string{"simplesigning ", "bundle key sha256:", "bundle " + signer + " (" + issuer + ")"}
+	if len(got) != len(want) {
+		t.Fatalf("found %q, want %q", got, want)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("found %q, want %q", got, want)
+		}
+	}
+}
