@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/content/oci"
 	"oras.land/oras-go/v2/errdef"
@@ -25,7 +26,8 @@ import (
 // org.opencontainers.image.ref.name) by its reference pinned by digest,
 // without the oci:// scheme. A module's signature manifest, if its registry
 // has one, is saved with its blobs too, named
-// REGISTRY/REPOSITORY:sha256-HEX.sig.
+// REGISTRY/REPOSITORY:sha256-HEX.sig, and so are its Sigstore bundles, as
+// the layers of a manifest named REGISTRY/REPOSITORY:sha256-HEX.bundles.
 func (c *Client) Save(ctx context.Context, refs []string, w io.Writer) ([]*Artifact, error) {
 	dir, err := os.MkdirTemp("", "wasp-save-")
 	if err != nil {
@@ -54,6 +56,9 @@ func (c *Client) Save(ctx context.Context, refs []string, w io.Writer) ([]*Artif
 		}
 		if err := c.saveSignatures(ctx, store, a); err != nil {
 			return nil, fmt.Errorf("save %q: signatures: %w", ref, err)
+		}
+		if err := c.saveBundles(ctx, store, a); err != nil {
+			return nil, fmt.Errorf("save %q: signature bundles: %w", ref, err)
 		}
 		out = append(out, a)
 	}
@@ -92,6 +97,12 @@ func (c *Client) Load(ctx context.Context, archive string) ([]*Artifact, error) 
 		r, err := ParseReference(ref)
 		if err == nil && r.Digest == "" && strings.HasSuffix(r.Tag, ".sig") {
 			if err := c.loadSignatures(ctx, store, name, r.Tag); err != nil {
+				return nil, fmt.Errorf("load %s: %q: %w", archive, name, err)
+			}
+			continue
+		}
+		if err == nil && r.Digest == "" && strings.HasSuffix(r.Tag, bundlesSuffix) {
+			if err := c.loadBundles(ctx, store, name, r.Tag); err != nil {
 				return nil, fmt.Errorf("load %s: %q: %w", archive, name, err)
 			}
 			continue
@@ -220,6 +231,87 @@ func (c *Client) loadSignatures(ctx context.Context, store *oci.ReadOnlyStore, n
 		}
 	}
 	return writeFile(c.cache.signaturePath(module), []byte(desc.Digest.String()))
+}
+
+// bundlesSuffix ends the name of the manifest that carries a module's
+// Sigstore bundles in an archive: sha256-HEX.bundles.
+const bundlesSuffix = ".bundles"
+
+// saveBundles adds the module's Sigstore bundles, if it has any, to store
+// as the layers of a manifest named REGISTRY/REPOSITORY:sha256-HEX.bundles.
+// They are copied as they are: whoever pulls with a policy verifies them.
+func (c *Client) saveBundles(ctx context.Context, store *oci.Store, a *Artifact) error {
+	r, err := ParseReference(a.Reference)
+	if err != nil {
+		return err
+	}
+	repo, err := c.repository(r)
+	if err != nil {
+		return err
+	}
+	bundles, err := fetchBundles(ctx, repo, a.ManifestDigest)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	if len(bundles) == 0 {
+		return nil
+	}
+	empty := newBlob(ocispec.MediaTypeEmptyJSON, []byte("{}"))
+	m := ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest, ArtifactType: BundleMediaType, Config: empty.desc}
+	for _, b := range append(bundles, empty) {
+		if err := store.Push(ctx, b.desc, bytes.NewReader(b.data)); err != nil && !errors.Is(err, errdef.ErrAlreadyExists) {
+			return err
+		}
+		if b.desc.Digest != empty.desc.Digest {
+			m.Layers = append(m.Layers, b.desc)
+		}
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	desc := newBlob(ocispec.MediaTypeImageManifest, data).desc
+	if err := store.Push(ctx, desc, bytes.NewReader(data)); err != nil && !errors.Is(err, errdef.ErrAlreadyExists) {
+		return err
+	}
+	tag := a.ManifestDigest.Algorithm().String() + "-" + a.ManifestDigest.Encoded() + bundlesSuffix
+	return store.Tag(ctx, desc, r.Registry+"/"+r.Repository+":"+tag)
+}
+
+// loadBundles puts the bundles of the manifest named name (tagged tag,
+// sha256-HEX.bundles) in the cache as the bundles of manifest
+// sha256:HEX, each checked against its digest. They are verified when a
+// pull with a policy reads them.
+func (c *Client) loadBundles(ctx context.Context, store *oci.ReadOnlyStore, name, tag string) error {
+	alg, hex, ok := strings.Cut(strings.TrimSuffix(tag, bundlesSuffix), "-")
+	module := digest.NewDigestFromEncoded(digest.Algorithm(alg), hex)
+	if !ok || module.Validate() != nil {
+		return fmt.Errorf("bundles tag %q: want sha256-HEX%s", tag, bundlesSuffix)
+	}
+	desc, err := store.Resolve(ctx, name)
+	if err != nil {
+		return err
+	}
+	data, err := fetchChecked(ctx, store, desc, maxManifestSize)
+	if err != nil {
+		return err
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformedSignature, err)
+	}
+	if len(m.Layers) > maxSignatureLayers {
+		return fmt.Errorf("%w: %d bundles", ErrTooLarge, len(m.Layers))
+	}
+	var bundles []blob
+	for _, l := range m.Layers {
+		b, err := fetchChecked(ctx, store, l, maxBundleSize)
+		if err != nil {
+			return fmt.Errorf("bundle %s: %w", l.Digest, err)
+		}
+		bundles = append(bundles, blob{l, b})
+	}
+	return c.cacheBundles(module, bundles)
 }
 
 // writeTar writes the files under dir to w, in lexical order, with

@@ -1,10 +1,13 @@
 package oci_test
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -285,5 +288,37 @@ func TestFindSignatures(t *testing.T) {
 		if !strings.HasPrefix(got[i], want[i]) {
 			t.Errorf("found %q, want %q", got, want)
 		}
+	}
+}
+
+// TestSaveLoadBundles: an archive carries the modules' Sigstore bundles,
+// so an air-gapped node verifies a keyless signature of what it loaded.
+func TestSaveLoadBundles(t *testing.T) {
+	reg := ocitest.New(t)
+	signed, unsigned := push(t, reg), pushOther(t, reg)
+	store := sigstoretest.New(t)
+	signKeyless(t, store, signed.Reference, signer, nil)
+	ctx := context.Background()
+	var archive bytes.Buffer
+	if _, err := newClient(t, oci.Options{}).Save(ctx, []string{signed.Reference, unsigned.Reference}, &archive); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "modules.tar")
+	if err := os.WriteFile(path, archive.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reg.Close()
+
+	dir := t.TempDir()
+	if loaded, err := newClient(t, oci.Options{CacheDir: dir}).Load(ctx, path); err != nil || len(loaded) != 2 {
+		t.Fatalf("load: %v, %v", loaded, err)
+	}
+	policy := []oci.SignaturePolicy{keyless(t, store.TrustedRoot(t), oci.Identity{Issuer: issuer, Subject: signer})}
+	a, err := newClient(t, oci.Options{CacheDir: dir, Signatures: policy}).Pull(ctx, signed.Reference)
+	if err != nil || !a.Cached || a.Signatures == nil || !a.Signatures.Cached || len(a.Signatures.Signers) != 1 {
+		t.Fatalf("pull of the signed module: %+v, %v", a, err)
+	}
+	if _, err := newClient(t, oci.Options{CacheDir: dir, Signatures: policy}).Pull(ctx, unsigned.Reference); err == nil {
+		t.Fatal("the unsigned module was pulled with a keyless policy")
 	}
 }
