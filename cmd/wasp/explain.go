@@ -20,7 +20,7 @@ import (
 func newExplainCommand() *cobra.Command {
 	var (
 		file, node, output, cacheDir string
-		moduleFlags                  []string
+		moduleFlags, configFlags     []string
 	)
 	cmd := &cobra.Command{
 		Use:   "explain",
@@ -33,19 +33,16 @@ local and all-reachable endpoints, hasAnyEndpoints and the endpoint weights.
 Without -f it explains the bundled sample cluster (examples/cluster/sample.yaml).`,
 		Example: `  wasp explain --node node-a
   kubectl get nodes,services,endpointslices -A -o yaml | wasp explain -f - --node worker-1 -o table
-  wasp explain -f cluster.yaml --node node-a --module endpoint-selection=./zone-spillover.wasm`,
+  wasp explain -f cluster.yaml --node node-a --module endpoint-selection=./zone-spillover.wasm
+  wasp explain --node node-a --module endpoint-selection=./zone-drain.wasm --config drain.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "json" && output != "table" {
 				return fmt.Errorf("--output %q: want json or table", output)
 			}
-			var specs []chain.Spec
-			for _, m := range moduleFlags {
-				s, err := chain.ParseSpec(m)
-				if err != nil {
-					return err
-				}
-				specs = append(specs, s)
+			specs, err := moduleFlagSpecs(moduleFlags, configFlags)
+			if err != nil {
+				return err
 			}
 			objs, err := readObjects(cmd.InOrStdin(), file)
 			if err != nil {
@@ -91,6 +88,7 @@ Without -f it explains the bundled sample cluster (examples/cluster/sample.yaml)
 	cmd.Flags().StringVarP(&output, "output", "o", "json", "json (one document per line) or table")
 	cmd.Flags().StringVar(&cacheDir, "cache-dir", defaultCacheDir(), "where compiled modules are cached across runs (\"\" disables the cache)")
 	cmd.Flags().StringArrayVar(&moduleFlags, "module", nil, "STAGE=SOURCE: run a module instead of the builtin one (repeatable); SOURCE is builtin:NAME, file:///PATH or a path")
+	cmd.Flags().StringArrayVar(&configFlags, "config", nil, configFlagUsage)
 	return cmd
 }
 
