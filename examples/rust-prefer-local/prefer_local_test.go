@@ -6,6 +6,7 @@ package preferlocal_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -64,7 +65,9 @@ var tests = map[string]map[string]want{
 	},
 }
 
-func TestPreferLocal(t *testing.T) {
+// build builds the module of this directory with rustc.
+func build(t *testing.T) []byte {
+	t.Helper()
 	ctx := context.Background()
 	tc, err := rustbuild.Find(ctx)
 	if err != nil {
@@ -74,6 +77,86 @@ func TestPreferLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return wasm
+}
+
+// cluster returns the objects of cluster.yaml.
+func cluster(t *testing.T) *objects.Objects {
+	t.Helper()
+	yaml, err := os.ReadFile("cluster.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := objects.Decode(bytes.NewReader(yaml), "cluster.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// TestConfig: the configuration's default applies to the Services without
+// the annotation, and a configuration the module cannot use is rejected.
+func TestConfig(t *testing.T) {
+	ctx := context.Background()
+	wasm := build(t)
+	rt, err := runtime.New(runtime.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(ctx) })
+	objs := cluster(t)
+	for _, tt := range []struct {
+		config string
+		web    []string // demo/web's weighted endpoints on node-a
+		want   string   // the rejection
+	}{
+		{config: ``, web: []string{"10.244.1.10:8080"}},
+		{config: `{"default": "node"}`, web: []string{"10.244.1.10:8080"}},
+		{config: `{"default": "zone"}`, web: []string{"10.244.1.10:8080", "10.244.2.10:8080"}},
+		{config: ` { "default" : "off" } `, web: []string{"10.244.1.10:8080", "10.244.2.10:8080", "10.244.3.10:8080"}},
+		{config: `{"default": "nearby"}`, want: `rejected its configuration: default: "nearby" is not one of node, zone, off`},
+		{config: `{"prefer": "zone"}`, want: `rejected its configuration: config: unknown field "prefer"`},
+		{config: `{"default": 1}`, want: `rejected its configuration: default: want a string`},
+		{config: `{"default": "zone",}`, want: `rejected its configuration: config: want a field name in quotes`},
+	} {
+		t.Run(tt.config, func(t *testing.T) {
+			m, err := rt.Load(ctx, "rust-prefer-local", wasm, runtime.Limits{Instances: 1}, runtime.WithConfig([]byte(tt.config)))
+			if tt.want != "" {
+				if !errors.Is(err, runtime.ErrConfigRejected) || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("got %v, want ErrConfigRejected containing %q", err, tt.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			var mods [len(abi.Stages) + 1]pipeline.Module
+			mods[abi.StageEndpointSelection] = m
+			docs, err := explain.Explain(ctx, objs, "node-a", pipeline.New(pipeline.Options{Modules: mods}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range docs {
+				if d.Service != "demo/web" {
+					continue
+				}
+				var got []string
+				for ep := range d.Weights {
+					got = append(got, ep)
+				}
+				slices.Sort(got)
+				if !slices.Equal(got, tt.web) {
+					t.Errorf("demo/web: weighted %v, want %v", got, tt.web)
+				}
+			}
+		})
+	}
+}
+
+func TestPreferLocal(t *testing.T) {
+	ctx := context.Background()
+	wasm := build(t)
 
 	// What wasp module inspect shows, and what the host validates.
 	meta, err := runtime.Inspect(wasm)
@@ -108,14 +191,7 @@ func TestPreferLocal(t *testing.T) {
 		t.Fatalf("endpoint-selection runs %q", m.Metadata.Name)
 	}
 
-	yaml, err := os.ReadFile("cluster.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := objects.Decode(bytes.NewReader(yaml), "cluster.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := cluster(t)
 	p := pipeline.New(pipeline.Options{Modules: c.PipelineModules()})
 	for node, services := range tests {
 		t.Run(node, func(t *testing.T) {
