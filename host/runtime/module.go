@@ -131,7 +131,7 @@ func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Lim
 	for _, opt := range opts {
 		opt(&o)
 	}
-	config := normalConfig(o.config)
+	config := bytes.Clone(normalConfig(o.config)) // the caller's may change
 	if len(config) > abi.MaxConfigLen {
 		return nil, classified{fmt.Errorf("module %q: configuration is %d bytes, more than the %d allowed", name, len(config), abi.MaxConfigLen), ErrConfigRejected}
 	}
