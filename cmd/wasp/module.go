@@ -106,7 +106,8 @@ verify and whose they are (wasp module verify fails when none does).`,
 				wasm = a.Wasm
 				out.Reference, out.Tag, out.ManifestDigest, out.Annotations = a.Reference, a.Tag, a.ManifestDigest.String(), a.Annotations
 				if out.SignaturesFound, err = c.FindSignatures(cmd.Context(), a.Reference); err != nil {
-					return fmt.Errorf("signatures of %s: %w", a.Reference, err)
+					// A module served from the cache, its registry down.
+					out.SignaturesFound, out.SignaturesNotListed = nil, err.Error()
 				}
 				if trust.given() {
 					p, err := trust.policy()
@@ -157,6 +158,8 @@ type inspection struct {
 	Signatures     string            `json:"signatures"`
 	// SignaturesFound lists an oci:// module's signatures, unverified.
 	SignaturesFound []oci.FoundSignature `json:"signaturesFound,omitempty"`
+	// SignaturesNotListed says why they could not be listed.
+	SignaturesNotListed string `json:"signaturesNotListed,omitempty"`
 }
 
 func newModulePushCommand() *cobra.Command {

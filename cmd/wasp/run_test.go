@@ -26,6 +26,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/config"
 	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
 	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/internal/sigstoretest"
 )
 
 // Test address plan: the bundled sample cluster's (examples/cluster), node-a
@@ -478,6 +479,8 @@ var configFlagArgs = map[string]string{
 	"masquerade-all": "true", "oom-score-adj": "5", "conntrack-max-per-core": "1", "conntrack-min": "1",
 	"conntrack-tcp-timeout-established": "1s", "conntrack-tcp-timeout-close-wait": "1s", "conntrack-tcp-be-liberal": "true",
 	"conntrack-udp-timeout": "1s", "conntrack-udp-timeout-stream": "1s", "module": "topology=builtin:topology",
+	"module-public-key": "/etc/wasp/release.pub", "module-trusted-root": "/etc/wasp/trusted_root.json",
+	"module-certificate-identity": "release@example.com", "module-certificate-oidc-issuer": "https://issuer.example.com",
 }
 
 // loadWritten loads what --write-config-to wrote.
@@ -600,8 +603,15 @@ func TestRunConfigPrecedence(t *testing.T) {
 	t.Run("without --config the flags build it", func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "out.yaml")
 		args := []string{"run", "--write-config-to", out, "--hostname-override", "node-a"}
+		_, pub := writeKeyPair(t, t.TempDir(), "release")
+		root := writeFile(t, "trusted_root.json", string(sigstoretest.New(t).TrustedRoot(t)))
+		files := map[string]string{"module-public-key": pub, "module-trusted-root": root}
 		for _, cf := range configFlags {
-			args = append(args, "--"+cf.flag+"="+configFlagArgs[cf.flag])
+			v, ok := files[cf.flag]
+			if !ok {
+				v = configFlagArgs[cf.flag]
+			}
+			args = append(args, "--"+cf.flag+"="+v)
 		}
 		stderr, err := execute(t, newFakeEnv().env(), nil, args...)
 		if err != nil || stderr != "" {
@@ -620,7 +630,10 @@ func TestRunConfigPrecedence(t *testing.T) {
 			"oom-score-adj":      *got.Linux.OOMScoreAdj == 5,
 			"conntrack":          *ct.MaxPerCore == 1 && *ct.Min == 1 && ct.TCPEstablishedTimeout.Duration == time.Second && ct.TCPCloseWaitTimeout.Duration == time.Second && ct.TCPBeLiberal && ct.UDPTimeout.Duration == time.Second && ct.UDPStreamTimeout.Duration == time.Second,
 			"module":             len(got.Modules) == 1 && got.Modules[0].Source == "builtin:topology",
-			"hostname-override":  got.HostnameOverride == "node-a",
+			"module signatures": got.ModuleSignatures != nil && reflect.DeepEqual(got.ModuleSignatures.PublicKeys, []string{pub}) &&
+				got.ModuleSignatures.Keyless != nil && got.ModuleSignatures.Keyless.TrustedRoot == root &&
+				reflect.DeepEqual(got.ModuleSignatures.Keyless.Identities, []v1alpha1.CertificateIdentity{{Issuer: "https://issuer.example.com", Subject: "release@example.com"}}),
+			"hostname-override": got.HostnameOverride == "node-a",
 		} {
 			if !ok {
 				t.Errorf("%s not in the configuration: %+v", name, got)
