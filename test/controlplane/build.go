@@ -24,6 +24,9 @@ const (
 	KubernetesVersion = "v1.36.3"
 	// EtcdVersion is the go.etcd.io/etcd/server/v3 module etcd is built from.
 	EtcdVersion = "v3.6.16"
+	// CosignVersion is the github.com/sigstore/cosign/v3 module cosign is
+	// built from, for the tests of wasp's signatures against cosign's.
+	CosignVersion = "v3.1.3"
 )
 
 const (
@@ -31,6 +34,7 @@ const (
 	apiserverPackage = kubernetesModule + "/cmd/kube-apiserver"
 	kubeProxyPackage = kubernetesModule + "/cmd/kube-proxy"
 	etcdModule       = "go.etcd.io/etcd/server/v3"
+	cosignModule     = "github.com/sigstore/cosign/v3"
 
 	// recipe is part of every version stamp: bump it when the way binaries
 	// are built changes, so cached binaries are rebuilt.
@@ -57,6 +61,7 @@ var (
 	buildMu     sync.Mutex
 	builtResult *Binaries
 	builtProxy  string // path of kube-proxy, once BuildKubeProxy succeeded
+	builtCosign string // path of cosign, once BuildCosign succeeded
 )
 
 // Build compiles kube-apiserver KubernetesVersion and etcd EtcdVersion from
@@ -133,6 +138,35 @@ func BuildKubeProxy(ctx context.Context) (string, error) {
 		return "", err
 	}
 	builtProxy = bin
+	return bin, nil
+}
+
+// BuildCosign compiles cosign CosignVersion into CacheDir()/bin, unless a
+// binary stamped with that version is already there, and returns its
+// path. The first build takes about four minutes on two cores. Safe to
+// call concurrently, also from several test processes.
+func BuildCosign(ctx context.Context) (string, error) {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if builtCosign != "" {
+		return builtCosign, nil
+	}
+	dir := CacheDir()
+	bin := filepath.Join(dir, "bin", "cosign")
+	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+		return "", err
+	}
+	unlock, err := lockFile(filepath.Join(dir, "build.lock"))
+	if err != nil {
+		return "", fmt.Errorf("lock build directory: %w", err)
+	}
+	defer unlock()
+	if err := buildOnce(ctx, bin, "cosign "+CosignVersion, func() error {
+		return buildModule(ctx, filepath.Join(dir, "build", "cosign"), bin, cosignModule, CosignVersion, cosignModule+"/cmd/cosign")
+	}); err != nil {
+		return "", err
+	}
+	builtCosign = bin
 	return bin, nil
 }
 
@@ -232,24 +266,29 @@ func buildKubernetes(ctx context.Context, dir, out, pkg string) error {
 // etcd's main package, but its go.mod has replace directives (../api, ...),
 // so `go install` refuses it; required from another module it builds.
 func buildEtcd(ctx context.Context, dir, out string) error {
+	return buildModule(ctx, dir, out, etcdModule, EtcdVersion, etcdModule)
+}
+
+// buildModule builds pkg of module at version in a wrapper module dir.
+func buildModule(ctx context.Context, dir, out, module, version, pkg string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	done := filepath.Join(dir, "ready")
-	want := etcdModule + " " + EtcdVersion + " recipe " + recipe + "\n"
+	want := module + " " + version + " recipe " + recipe + "\n"
 	if got, err := os.ReadFile(done); err != nil || string(got) != want {
 		_ = os.Remove(filepath.Join(dir, "go.sum"))
-		if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module waspe2e/etcd\n"), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module waspe2e/"+filepath.Base(dir)+"\n"), 0o644); err != nil {
 			return err
 		}
-		if err := goCmd(ctx, dir, "get", etcdModule+"@"+EtcdVersion); err != nil {
+		if err := goCmd(ctx, dir, "get", module+"@"+version); err != nil {
 			return err
 		}
 		if err := os.WriteFile(done, []byte(want), 0o644); err != nil {
 			return err
 		}
 	}
-	return goBuild(ctx, dir, out, "-s -w", etcdModule)
+	return goBuild(ctx, dir, out, "-s -w", pkg)
 }
 
 // goBuild builds pkg inside the wrapper module dir into out, atomically.

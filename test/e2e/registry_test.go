@@ -28,8 +28,8 @@ import (
 	"github.com/wasp-proxy/wasp/host/catalog"
 	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/runtime"
-	"github.com/wasp-proxy/wasp/modules"
 	"github.com/wasp-proxy/wasp/internal/sigstoretest"
+	"github.com/wasp-proxy/wasp/modules"
 	fw "github.com/wasp-proxy/wasp/test/framework"
 )
 
