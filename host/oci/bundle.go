@@ -6,6 +6,7 @@ import (
 	"crypto"
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -106,15 +107,15 @@ func bundleSigner(res *sgverify.VerificationResult, key crypto.PublicKey) string
 	return "keyless"
 }
 
-// keyID is a short fingerprint of a public key: sha256: and the first 12
-// hex digits of the SHA-256 of its PKIX form.
+// keyID is the hint cosign writes in a key-signed bundle: the base64
+// SHA-256 of the key's PKIX form.
 func keyID(key crypto.PublicKey) string {
 	der, err := x509.MarshalPKIXPublicKey(key)
 	if err != nil {
 		return fmt.Sprintf("%T", key)
 	}
 	h := sha256.Sum256(der)
-	return "sha256:" + hex.EncodeToString(h[:6])
+	return base64.StdEncoding.EncodeToString(h[:])
 }
 
 // checkBundle checks one bundle against policy p for manifest d and

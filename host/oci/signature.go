@@ -82,7 +82,7 @@ type Signatures struct {
 	Found, Verified int
 	// Bundles counts the Sigstore bundles attached to the module (read
 	// only when the key-based signatures do not satisfy a policy);
-	// Signers names who signed those that verify: "key sha256:…" or a
+	// Signers names who signed those that verify: "key HINT" (cosign's: the base64 SHA-256 of the key) or a
 	// keyless identity, "SUBJECT (ISSUER)".
 	Bundles int
 	Signers []string
