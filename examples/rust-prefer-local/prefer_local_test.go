@@ -1,3 +1,5 @@
+//go:build !wasip1
+
 // Package preferlocal_test builds the Rust module of this directory with
 // rustc, loads it as wasp explain --module does, and checks its decisions
 // on every node of cluster.yaml.

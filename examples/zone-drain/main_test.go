@@ -1,3 +1,7 @@
+//go:build !wasip1
+
+// The test runs on the host: it loads the module in wasp's runtime.
+
 package main
 
 import (
