@@ -23,7 +23,8 @@ import (
 
 // testServiceProxyModule installs the ServiceProxyModule CRD of deploy/,
 // and drives a running wasp's endpoint-selection module through objects:
-// created (the 9:1 module takes over, no restart), pointed at a module
+// created (the 9:1 module takes over, no restart), configured (3:1, then
+// a configuration the module rejects: 3:1 stays), pointed at a module
 // that does not load (KeepLastGood: 9:1 stays), then with failurePolicy
 // Builtin (the builtin module serves: 1:1), then deleted.
 func testServiceProxyModule(t *testing.T, s *suite) {
@@ -49,6 +50,20 @@ func testServiceProxyModule(t *testing.T, s *suite) {
 	defer objs.Delete(s.ctx, "heavy", metav1.DeleteOptions{})
 	fw.Eventually(t, converge, func() error { return spread(0.9) })
 	wantStatus(t, s, objs, "heavy", catalog.PhaseActive, waspruntime.Digest(mustRead(t, heavy)), "")
+
+	// The module's configuration: a weight of 3 moves the dataplane to
+	// 3:1; a weight the module rejects (wasp_configure) fails the load,
+	// and 3:1 stays.
+	setSpec(t, s, objs, "heavy", "config", map[string]any{"weight": int64(3)})
+	fw.Eventually(t, converge, func() error { return spread(0.75) })
+	wantStatus(t, s, objs, "heavy", catalog.PhaseActive, waspruntime.Digest(mustRead(t, heavy)), "")
+	setSpec(t, s, objs, "heavy", "config", map[string]any{"weight": int64(0)})
+	wantStatus(t, s, objs, "heavy", catalog.PhaseFailed, "", "rejected its configuration: weight: 0 is not in [1, 1000]")
+	if err := spread(0.75); err != nil {
+		t.Fatalf("KeepLastGood after a rejected configuration: %v", err)
+	}
+	setSpec(t, s, objs, "heavy", "config", map[string]any{"weight": int64(9)})
+	fw.Eventually(t, converge, func() error { return spread(0.9) })
 
 	// A source that does not load: the running module stays.
 	setSpec(t, s, objs, "heavy", "source", "file://"+broken)
