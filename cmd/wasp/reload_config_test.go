@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,12 +27,9 @@ import (
 // rejection in the error and the object's status.
 func TestReloadConfig(t *testing.T) {
 	ctx := context.Background()
-	wasm, err := modbuild.Build(ctx, "../../host/runtime/testdata/modules/configured")
+	path := modbuild.File(t, "../../host/runtime/testdata/modules/configured")
+	wasm, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "configured.wasm")
-	if err := os.WriteFile(path, wasm, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	rt, err := runtime.New(runtime.Config{})

@@ -6,8 +6,6 @@ package main
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -52,14 +50,7 @@ func TestConfigure(t *testing.T) {
 // through it, as `wasp module test` does in a module's CI.
 func TestScenario(t *testing.T) {
 	ctx := context.Background()
-	wasm, err := modbuild.Build(ctx, ".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "zone-drain.wasm")
-	if err := os.WriteFile(path, wasm, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := modbuild.File(t, ".")
 	rt, err := runtime.New(runtime.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -3,9 +3,7 @@ package chain_test
 import (
 	"context"
 	"errors"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,14 +18,7 @@ func TestLoadConfig(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("building the test module needs the go command:", err)
 	}
-	wasm, err := modbuild.Build(context.Background(), "../runtime/testdata/modules/configured")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "configured.wasm")
-	if err := os.WriteFile(path, wasm, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := modbuild.File(t, "../runtime/testdata/modules/configured")
 	rt, err := runtime.New(runtime.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/content/oci"
 	"oras.land/oras-go/v2/errdef"
+	"oras.land/oras-go/v2/registry/remote"
 )
 
 // Save writes the modules of refs, pulled and verified, to w as a tar
@@ -131,16 +132,22 @@ func (c *Client) Load(ctx context.Context, archive string) ([]*Artifact, error) 
 	return out, nil
 }
 
+// repositoryOf returns the reference and repository of a pulled module.
+func (c *Client) repositoryOf(a *Artifact) (Reference, *remote.Repository, error) {
+	r, err := ParseReference(a.Reference)
+	if err != nil {
+		return Reference{}, nil, err
+	}
+	repo, err := c.repository(r)
+	return r, repo, err
+}
+
 // saveSignatures adds the module's signature manifest, if its registry has
 // one, and the blobs it names to store, named
 // REGISTRY/REPOSITORY:sha256-HEX.sig. They are copied as they are: whoever
 // pulls with public keys verifies them.
 func (c *Client) saveSignatures(ctx context.Context, store *oci.Store, a *Artifact) error {
-	r, err := ParseReference(a.Reference)
-	if err != nil {
-		return err
-	}
-	repo, err := c.repository(r)
+	r, repo, err := c.repositoryOf(a)
 	if err != nil {
 		return err
 	}
@@ -241,11 +248,7 @@ const bundlesSuffix = ".bundles"
 // as the layers of a manifest named REGISTRY/REPOSITORY:sha256-HEX.bundles.
 // They are copied as they are: whoever pulls with a policy verifies them.
 func (c *Client) saveBundles(ctx context.Context, store *oci.Store, a *Artifact) error {
-	r, err := ParseReference(a.Reference)
-	if err != nil {
-		return err
-	}
-	repo, err := c.repository(r)
+	r, repo, err := c.repositoryOf(a)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,6 @@
 package oci_test
 
 import (
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/sha256"
@@ -9,8 +8,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -302,20 +299,7 @@ func TestSaveLoadBundles(t *testing.T) {
 	store := sigstoretest.New(t)
 	signKeyless(t, store, signed.Reference, signer, nil)
 	ctx := context.Background()
-	var archive bytes.Buffer
-	if _, err := newClient(t, oci.Options{}).Save(ctx, []string{signed.Reference, unsigned.Reference}, &archive); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "modules.tar")
-	if err := os.WriteFile(path, archive.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	reg.Close()
-
-	dir := t.TempDir()
-	if loaded, err := newClient(t, oci.Options{CacheDir: dir}).Load(ctx, path); err != nil || len(loaded) != 2 {
-		t.Fatalf("load: %v, %v", loaded, err)
-	}
+	dir := saveLoadOffline(t, reg, signed, unsigned)
 	policy := []oci.SignaturePolicy{keyless(t, store.TrustedRoot(t), oci.Identity{Issuer: issuer, Subject: signer})}
 	a, err := newClient(t, oci.Options{CacheDir: dir, Signatures: policy}).Pull(ctx, signed.Reference)
 	if err != nil || !a.Cached || a.Signatures == nil || !a.Signatures.Cached || len(a.Signatures.Signers) != 1 {

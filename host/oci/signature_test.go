@@ -359,21 +359,7 @@ func TestSaveLoadSignatures(t *testing.T) {
 	if _, err := newClient(t, oci.Options{}).Sign(ctx, signed.Reference, key); err != nil {
 		t.Fatal(err)
 	}
-	var archive bytes.Buffer
-	if _, err := newClient(t, oci.Options{}).Save(ctx, []string{signed.Reference, unsigned.Reference}, &archive); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "modules.tar")
-	if err := os.WriteFile(path, archive.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	reg.Close()
-
-	dir := t.TempDir()
-	loaded, err := newClient(t, oci.Options{CacheDir: dir}).Load(ctx, path)
-	if err != nil || len(loaded) != 2 {
-		t.Fatalf("load: %v, %v", loaded, err)
-	}
+	dir := saveLoadOffline(t, reg, signed, unsigned)
 	keys := []crypto.PublicKey{key.Public()}
 	a, err := newClient(t, oci.Options{CacheDir: dir, Signatures: []oci.SignaturePolicy{{PublicKeys: keys}}}).Pull(ctx, signed.Reference)
 	if err != nil || !a.Cached || a.Signatures == nil || !a.Signatures.Cached || a.Signatures.Verified != 1 {
@@ -386,6 +372,31 @@ func TestSaveLoadSignatures(t *testing.T) {
 	if !errors.Is(err, oci.ErrBadSignature) {
 		t.Fatalf("pull with another key: %v", err)
 	}
+}
+
+// saveLoadOffline saves the modules of reg to an archive, stops reg,
+// loads the archive into a new cache and returns the cache's directory.
+func saveLoadOffline(t *testing.T, reg *ocitest.Registry, modules ...*oci.Artifact) string {
+	t.Helper()
+	ctx := context.Background()
+	var refs []string
+	for _, a := range modules {
+		refs = append(refs, a.Reference)
+	}
+	var archive bytes.Buffer
+	if _, err := newClient(t, oci.Options{}).Save(ctx, refs, &archive); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "modules.tar")
+	if err := os.WriteFile(path, archive.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reg.Close()
+	dir := t.TempDir()
+	if loaded, err := newClient(t, oci.Options{CacheDir: dir}).Load(ctx, path); err != nil || len(loaded) != len(refs) {
+		t.Fatalf("load: %v, %v", loaded, err)
+	}
+	return dir
 }
 
 // pushOther pushes the topology module to oci://HOST/wasp/topology:v1.

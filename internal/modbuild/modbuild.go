@@ -67,3 +67,31 @@ func Build(ctx context.Context, dir string) ([]byte, error) {
 	}
 	return runtime.Annotate(wasm, meta)
 }
+
+// TB is the part of testing.TB that File uses (so that this package does
+// not link the testing package into wasp).
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	TempDir() string
+}
+
+// File builds the module directory dir, writes it to a temporary
+// directory of tb as BASE.wasm (BASE: dir's last element) and returns its
+// path; a failure fails tb.
+func File(tb TB, dir string) string {
+	tb.Helper()
+	wasm, err := Build(context.Background(), dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	path := filepath.Join(tb.TempDir(), filepath.Base(abs)+".wasm")
+	if err := os.WriteFile(path, wasm, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}

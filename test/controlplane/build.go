@@ -117,28 +117,9 @@ func Build(ctx context.Context) (Binaries, error) {
 // With kube-apiserver built, the Go build cache is warm and this takes
 // seconds to a minute; on its own it costs about as much as Build.
 func BuildKubeProxy(ctx context.Context) (string, error) {
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if builtProxy != "" {
-		return builtProxy, nil
-	}
-	dir := CacheDir()
-	bin := filepath.Join(dir, "bin", "kube-proxy")
-	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
-		return "", err
-	}
-	unlock, err := lockFile(filepath.Join(dir, "build.lock"))
-	if err != nil {
-		return "", fmt.Errorf("lock build directory: %w", err)
-	}
-	defer unlock()
-	if err := buildOnce(ctx, bin, "kube-proxy "+KubernetesVersion, func() error {
+	return buildTool(ctx, &builtProxy, "kube-proxy", KubernetesVersion, func(dir, bin string) error {
 		return buildKubernetes(ctx, filepath.Join(dir, "build", "kubernetes"), bin, kubeProxyPackage)
-	}); err != nil {
-		return "", err
-	}
-	builtProxy = bin
-	return bin, nil
+	})
 }
 
 // BuildCosign compiles cosign CosignVersion into CacheDir()/bin, unless a
@@ -146,13 +127,21 @@ func BuildKubeProxy(ctx context.Context) (string, error) {
 // path. The first build takes about four minutes on two cores. Safe to
 // call concurrently, also from several test processes.
 func BuildCosign(ctx context.Context) (string, error) {
+	return buildTool(ctx, &builtCosign, "cosign", CosignVersion, func(dir, bin string) error {
+		return buildModule(ctx, filepath.Join(dir, "build", "cosign"), bin, cosignModule, CosignVersion, cosignModule+"/cmd/cosign")
+	})
+}
+
+// buildTool builds CacheDir()/bin/NAME with build(CacheDir(), bin) once
+// per version, under the build lock, and remembers its path in *built.
+func buildTool(ctx context.Context, built *string, name, version string, build func(dir, bin string) error) (string, error) {
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if builtCosign != "" {
-		return builtCosign, nil
+	if *built != "" {
+		return *built, nil
 	}
 	dir := CacheDir()
-	bin := filepath.Join(dir, "bin", "cosign")
+	bin := filepath.Join(dir, "bin", name)
 	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
 		return "", err
 	}
@@ -161,12 +150,10 @@ func BuildCosign(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("lock build directory: %w", err)
 	}
 	defer unlock()
-	if err := buildOnce(ctx, bin, "cosign "+CosignVersion, func() error {
-		return buildModule(ctx, filepath.Join(dir, "build", "cosign"), bin, cosignModule, CosignVersion, cosignModule+"/cmd/cosign")
-	}); err != nil {
+	if err := buildOnce(ctx, bin, name+" "+version, func() error { return build(dir, bin) }); err != nil {
 		return "", err
 	}
-	builtCosign = bin
+	*built = bin
 	return bin, nil
 }
 
