@@ -3,6 +3,9 @@ package oci_test
 import (
 	"context"
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
@@ -10,6 +13,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/internal/ocitest"
@@ -319,4 +323,64 @@ func keyHint(t *testing.T, key crypto.PublicKey) string {
 	}
 	h := sha256.Sum256(der)
 	return base64.StdEncoding.EncodeToString(h[:])
+}
+
+// BenchmarkVerify times the verification of a module's signatures, once
+// per load, from a registry on loopback: a keyless bundle (certificate
+// chain, log promise and proof, identity) against the baseline of a
+// key-based .sig signature, measured in the same run.
+func BenchmarkVerify(b *testing.B) {
+	reg := ocitest.New(b)
+	wasm, meta := ocitest.Module(b)
+	ctx := context.Background()
+	c, err := oci.New(oci.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	keyed, err := c.Push(ctx, "oci://"+reg.Host+"/wasp/keyed:v1", wasm, meta)
+	if err != nil {
+		b.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := c.Sign(ctx, keyed.Reference, key); err != nil {
+		b.Fatal(err)
+	}
+	keyless, err := c.Push(ctx, "oci://"+reg.Host+"/wasp/keyless:v1", wasm, meta)
+	if err != nil {
+		b.Fatal(err)
+	}
+	store := sigstoretest.New(b)
+	st, err := oci.SignStatement(keyless.Reference)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := c.AttachBundle(ctx, keyless.Reference, store.Sign(b, signer, issuer, st)); err != nil {
+		b.Fatal(err)
+	}
+	kp, err := oci.NewKeylessPolicy(store.TrustedRoot(b), []oci.Identity{{Issuer: issuer, Subject: signer}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	run := func(b *testing.B, ref string, p oci.SignaturePolicy) float64 {
+		start := time.Now()
+		for range b.N {
+			if _, err := c.Verify(ctx, ref, p); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return float64(time.Since(start).Nanoseconds()) / float64(b.N)
+	}
+	var base float64
+	b.Run("key", func(b *testing.B) {
+		base = run(b, keyed.Reference, oci.SignaturePolicy{PublicKeys: []crypto.PublicKey{key.Public()}})
+	})
+	b.Run("keyless", func(b *testing.B) {
+		ns := run(b, keyless.Reference, oci.SignaturePolicy{Keyless: kp})
+		if base > 0 {
+			b.ReportMetric(ns/base, "x-key")
+		}
+	})
 }
