@@ -17,12 +17,16 @@
 // per node, and a digest-pinned reference is served from the cache while its
 // registry is down.
 //
-// Signatures follow cosign's key-based layout (SignatureTag,
-// SignatureMediaType, SignatureAnnotation): Sign writes one, Verify checks
-// them, and a Client with Options.PublicKeys verifies them on every Pull
-// before it fetches or reads any blob of the module. They are implemented
-// with the standard library's crypto rather than sigstore's Go modules: the
-// checks are a PEM key, a SHA-256 and one signature verification, and
-// sigstore's modules bring a second registry client (go-containerregistry)
-// and protobuf code into the build.
+// Signatures follow either of cosign's layouts: the key-based one
+// (SignatureTag, SignatureMediaType, SignatureAnnotation), and Sigstore
+// bundles attached as OCI referrers (BundleMediaType), cosign 3's default
+// and the only layout of keyless signatures. Sign and SignBundle write
+// them with a key, AttachBundle attaches a bundle made elsewhere, Verify
+// checks them against SignaturePolicy values (keys, keyless identities
+// under a Sigstore trusted root), and a Client with Options.Signatures
+// verifies them on every Pull before it fetches or reads any blob of the
+// module. The key-based layout is checked with the standard library (a PEM
+// key, a SHA-256, one signature); bundles with sigstore-go, the Sigstore
+// project's verifier (certificate chains, SCTs, transparency log promises
+// and proofs).
 package oci
