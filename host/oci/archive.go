@@ -252,7 +252,7 @@ func (c *Client) saveBundles(ctx context.Context, store *oci.Store, a *Artifact)
 	if err != nil {
 		return err
 	}
-	bundles, err := fetchBundles(ctx, repo, a.ManifestDigest)
+	bundles, _, err := fetchBundles(ctx, repo, a.ManifestDigest) // unusable ones are left out
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}

@@ -308,10 +308,14 @@ func pushBlob(ctx context.Context, repo *remote.Repository, b blob) error {
 // fetchBundles returns the Sigstore bundles attached to manifest d, each
 // checked against its descriptor and size cap. Referrers of another
 // artifact type (attestations stored otherwise, other tools' artifacts)
-// are skipped.
-func fetchBundles(ctx context.Context, repo *remote.Repository, d digest.Digest) ([]blob, error) {
+// are skipped. A bundle referrer that cannot be used (malformed, too
+// large, not what its digest says, gone) is one of problems, and the
+// others are still read: whoever can push a referrer cannot hide the good
+// signatures. err is set only when the registry could not be read (then
+// a cache may serve).
+func fetchBundles(ctx context.Context, repo *remote.Repository, d digest.Digest) (bundles []blob, problems []error, err error) {
 	var refs []ocispec.Descriptor
-	err := repo.Referrers(ctx, ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: d}, "", func(page []ocispec.Descriptor) error {
+	err = repo.Referrers(ctx, ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: d}, "", func(page []ocispec.Descriptor) error {
 		for _, r := range page {
 			if strings.HasPrefix(r.ArtifactType, BundleMediaTypePrefix) {
 				refs = append(refs, r)
@@ -323,26 +327,40 @@ func fetchBundles(ctx context.Context, repo *remote.Repository, d digest.Digest)
 		return nil
 	})
 	if err != nil {
-		return nil, registryError("list referrers of "+d.String(), err)
+		return nil, nil, registryError("list referrers of "+d.String(), err)
 	}
-	var out []blob
+	// unusable tells a referrer's own problem from the registry's.
+	unusable := func(err error) bool {
+		return errors.Is(err, ErrMalformedSignature) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrNotFound)
+	}
 	for _, r := range refs {
 		data, err := fetchChecked(ctx, repo.Manifests(), r, maxManifestSize)
 		if err != nil {
-			return nil, fmt.Errorf("bundle manifest %s: %w", r.Digest, err)
+			err = fmt.Errorf("bundle manifest %s: %w", r.Digest, err)
+			if unusable(err) {
+				problems = append(problems, err)
+				continue
+			}
+			return nil, nil, err
 		}
 		var m ocispec.Manifest
 		if err := json.Unmarshal(data, &m); err != nil || len(m.Layers) != 1 || !strings.HasPrefix(m.Layers[0].MediaType, BundleMediaTypePrefix) {
-			return nil, fmt.Errorf("bundle manifest %s: %w: want one layer of type %s", r.Digest, ErrMalformedSignature, BundleMediaType)
+			problems = append(problems, fmt.Errorf("bundle manifest %s: %w: want one layer of type %s", r.Digest, ErrMalformedSignature, BundleMediaType))
+			continue
 		}
 		l := m.Layers[0]
 		b, err := fetchChecked(ctx, repo.Blobs(), l, maxBundleSize)
 		if err != nil {
-			return nil, fmt.Errorf("bundle %s: %w", l.Digest, err)
+			err = fmt.Errorf("bundle %s: %w", l.Digest, err)
+			if unusable(err) {
+				problems = append(problems, err)
+				continue
+			}
+			return nil, nil, err
 		}
-		out = append(out, blob{l, b})
+		bundles = append(bundles, blob{l, b})
 	}
-	return out, nil
+	return bundles, problems, nil
 }
 
 // fetchChecked fetches desc from store, at most limit bytes, checked
@@ -410,9 +428,10 @@ func (c *Client) cachedBundles(d digest.Digest) ([]blob, error) {
 
 // bundleSet is the bundles of one module, read once per check.
 type bundleSet struct {
-	bundles []blob
-	cached  bool
-	err     error // why they could not be read
+	bundles  []blob
+	problems []error // bundle referrers that could not be used
+	cached   bool
+	err      error // why they could not be read
 }
 
 // readBundles reads the bundles of manifest d from the registry, or from
@@ -420,12 +439,15 @@ type bundleSet struct {
 func (c *Client) readBundles(ctx context.Context, getRepo func() (*remote.Repository, error), d digest.Digest) bundleSet {
 	repo, err := getRepo()
 	if err == nil {
-		var bs []blob
-		if bs, err = fetchBundles(ctx, repo, d); err == nil || errors.Is(err, ErrNotFound) {
-			return bundleSet{bundles: bs}
+		var (
+			bs       []blob
+			problems []error
+		)
+		if bs, problems, err = fetchBundles(ctx, repo, d); err == nil || errors.Is(err, ErrNotFound) {
+			return bundleSet{bundles: bs, problems: problems}
 		}
 	}
-	if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrMalformedSignature) {
+	if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrTooLarge) {
 		return bundleSet{err: err}
 	}
 	cached, cerr := c.cachedBundles(d)
@@ -439,6 +461,7 @@ func (c *Client) readBundles(ctx context.Context, getRepo func() (*remote.Reposi
 // verifyBundles checks the bundles against p and returns who signed those
 // that verify, and the bundles that did.
 func verifyBundles(set bundleSet, d digest.Digest, p SignaturePolicy) (signers []string, ok []blob, failures []error) {
+	failures = append(failures, set.problems...)
 	for _, b := range set.bundles {
 		who, err := checkBundle(b.data, d, p)
 		if err != nil {
@@ -490,9 +513,12 @@ func (c *Client) FindSignatures(ctx context.Context, ref string) ([]FoundSignatu
 	case !errors.Is(err, ErrNotFound):
 		return nil, err
 	}
-	bundles, err := fetchBundles(ctx, repo, d)
+	bundles, problems, err := fetchBundles(ctx, repo, d)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, err
+	}
+	for _, p := range problems {
+		out = append(out, FoundSignature{Layout: "bundle", Problem: p.Error()})
 	}
 	for _, b := range bundles {
 		f := FoundSignature{Layout: "bundle", Digest: b.desc.Digest}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/internal/ocitest"
 	"github.com/wasp-proxy/wasp/internal/sigstoretest"
@@ -383,4 +385,38 @@ func BenchmarkVerify(b *testing.B) {
 			b.ReportMetric(ns/base, "x-key")
 		}
 	})
+}
+
+// TestUnusableBundleReferrer: a bundle referrer that cannot be read (its
+// blob gone from the registry) is reported, and does not hide a good
+// signature beside it.
+func TestUnusableBundleReferrer(t *testing.T) {
+	reg := ocitest.New(t)
+	a := push(t, reg)
+	ctx := context.Background()
+	c := newClient(t, oci.Options{})
+	store := sigstoretest.New(t)
+	st, err := oci.SignStatement(a.Reference)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := store.Sign(t, "other@example.com", issuer, st)
+	if _, err := c.AttachBundle(ctx, a.Reference, gone); err != nil {
+		t.Fatal(err)
+	}
+	reg.Delete(digest.FromBytes(gone))
+	policy := keyless(t, store.TrustedRoot(t), oci.Identity{Issuer: issuer, Subject: signer})
+	_, err = c.Verify(ctx, a.Reference, policy)
+	if !errors.Is(err, oci.ErrNotFound) || !strings.Contains(err.Error(), digest.FromBytes(gone).String()) {
+		t.Fatalf("only an unusable bundle: %v, want it named, not found", err)
+	}
+
+	signKeyless(t, store, a.Reference, signer, nil)
+	if s, err := c.Verify(ctx, a.Reference, policy); err != nil || len(s.Signers) != 1 {
+		t.Fatalf("a good bundle beside it: %+v, %v", s, err)
+	}
+	found, err := c.FindSignatures(ctx, a.Reference)
+	if err != nil || len(found) != 2 || found[0].Problem == "" || found[1].Signer != signer+" ("+issuer+")" {
+		t.Fatalf("FindSignatures: %+v, %v", found, err)
+	}
 }
