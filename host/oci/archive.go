@@ -204,18 +204,7 @@ func (c *Client) loadSignatures(ctx context.Context, store *oci.ReadOnlyStore, n
 		return err
 	}
 	fetch := func(desc ocispec.Descriptor, limit int64) ([]byte, error) {
-		if desc.Size > limit {
-			return nil, fmt.Errorf("blob %s: %w", desc.Digest, ErrTooLarge)
-		}
-		rc, err := store.Fetch(ctx, desc)
-		if err != nil {
-			return nil, err
-		}
-		defer rc.Close()
-		data, err := readLimited(rc, limit)
-		if err == nil {
-			err = verify(desc, data)
-		}
+		data, err := fetchChecked(ctx, store, desc, limit)
 		if err != nil {
 			return nil, fmt.Errorf("blob %s: %w", desc.Digest, err)
 		}

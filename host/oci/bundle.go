@@ -28,7 +28,6 @@ import (
 	"github.com/sigstore/sigstore/pkg/signature"
 	"k8s.io/klog/v2"
 	"oras.land/oras-go/v2"
-	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/errdef"
 	"oras.land/oras-go/v2/registry/remote"
 )
@@ -361,24 +360,6 @@ func fetchBundles(ctx context.Context, repo *remote.Repository, d digest.Digest)
 		bundles = append(bundles, blob{l, b})
 	}
 	return bundles, problems, nil
-}
-
-// fetchChecked fetches desc from store, at most limit bytes, checked
-// against its digest and size.
-func fetchChecked(ctx context.Context, store content.Fetcher, desc ocispec.Descriptor, limit int64) ([]byte, error) {
-	if desc.Size > limit {
-		return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, desc.Size)
-	}
-	rc, err := store.Fetch(ctx, desc)
-	if err != nil {
-		return nil, registryError("fetch", err)
-	}
-	defer rc.Close()
-	data, err := readLimited(rc, limit)
-	if err != nil {
-		return nil, err
-	}
-	return data, verify(desc, data)
 }
 
 // Verified bundles are cached like key-based signatures: the bundle blobs

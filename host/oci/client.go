@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"k8s.io/klog/v2"
+	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/errdef"
 	"oras.land/oras-go/v2/registry/remote"
 	"oras.land/oras-go/v2/registry/remote/auth"
@@ -293,6 +294,24 @@ func (c *Client) fetch(ctx context.Context, src fetchFunc, desc ocispec.Descript
 		}
 	}
 	return data, false, nil
+}
+
+// fetchChecked fetches desc from store, at most limit bytes, checked
+// against its digest and size.
+func fetchChecked(ctx context.Context, store content.Fetcher, desc ocispec.Descriptor, limit int64) ([]byte, error) {
+	if desc.Size > limit {
+		return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, desc.Size)
+	}
+	rc, err := store.Fetch(ctx, desc)
+	if err != nil {
+		return nil, registryError("fetch", err)
+	}
+	defer rc.Close()
+	data, err := readLimited(rc, limit)
+	if err != nil {
+		return nil, err
+	}
+	return data, verify(desc, data)
 }
 
 // Push uploads a module with its metadata to ref (oci://REGISTRY/REPOSITORY

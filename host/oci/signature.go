@@ -368,16 +368,7 @@ func (c *Client) verifySignatures(ctx context.Context, getRepo func() (*remote.R
 	}
 	if err == nil {
 		fetch = func(desc ocispec.Descriptor) ([]byte, error) {
-			rc, err := repo.Blobs().Fetch(ctx, desc)
-			if err != nil {
-				return nil, registryError("fetch", err)
-			}
-			defer rc.Close()
-			data, err := readLimited(rc, maxPayloadSize)
-			if err != nil {
-				return nil, err
-			}
-			return data, verify(desc, data)
+			return fetchChecked(ctx, repo.Blobs(), desc, maxPayloadSize)
 		}
 	} else {
 		if errors.Is(err, ErrNotFound) {
