@@ -141,6 +141,9 @@ func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Lim
 	if err != nil {
 		return nil, fmt.Errorf("module %q: %w", name, err)
 	}
+	if err := checkCompileLimits(wasm, r.cfg.Compile); err != nil {
+		return nil, classified{fmt.Errorf("module %q: %w: %w", name, ErrInvalidModule, err), ErrCompile}
+	}
 	// Instrumenting decodes every function body and bounds what wazero's
 	// decoder would otherwise allocate from the module's own counts, so it
 	// runs in either interrupt mode; its output is used only when the mode

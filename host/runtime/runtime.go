@@ -39,6 +39,8 @@ type Config struct {
 	// had compiled the module before or, with CacheDir, found it there.
 	// For metrics; optional.
 	Compiled func(cached bool)
+	// Compile bounds the cost of compiling a module. Optional.
+	Compile CompileLimits
 }
 
 // Runtime compiles and runs modules. It is safe for concurrent use.
@@ -53,6 +55,8 @@ type Runtime struct {
 	// compiled memoises compiled modules by engine and digest.
 	compiled map[compiledKey]wazero.CompiledModule
 	closed   bool
+
+	abandoned compilations
 }
 
 type compiledKey struct {
@@ -62,6 +66,7 @@ type compiledKey struct {
 
 // New returns a Runtime. Close releases it.
 func New(cfg Config) (*Runtime, error) {
+	cfg.Compile = cfg.Compile.withDefaults()
 	r := &Runtime{cfg: cfg, engines: map[uint32]wazero.Runtime{}, compiled: map[compiledKey]wazero.CompiledModule{}}
 	if cfg.CacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
@@ -129,7 +134,7 @@ func (r *Runtime) compile(ctx context.Context, pages uint32, digest string, bin 
 		return e, c, nil
 	}
 	files := r.cachedFiles()
-	c, err := e.CompileModule(ctx, bin)
+	c, err := r.compileWithin(ctx, e, bin, r.cfg.Compile.Timeout)
 	if err != nil {
 		return nil, nil, classified{fmt.Errorf("%w: compile: %w", ErrInvalidModule, err), ErrCompile}
 	}
