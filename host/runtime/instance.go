@@ -195,13 +195,15 @@ func (in *instance) isInterrupted(err error) bool {
 	return errors.As(err, &exit) && (exit.ExitCode() == sys.ExitCodeDeadlineExceeded || exit.ExitCode() == sys.ExitCodeContextCanceled)
 }
 
-// yieldInterval is how many loop iterations an instrumented guest runs
-// between two calls to yield. A yield costs about as much as a few hundred
-// iterations of a tight loop, so this keeps its cost within noise
-// (BenchmarkGuestLoop in package wasmbin), while a spinning guest still
-// comes back into Go every few tens of microseconds, so a garbage
-// collection waiting to stop the world is never held up for long.
-const yieldInterval = 1 << 16
+// yieldInterval is how much work, in the cost units of package wasmbin
+// (about one Wasm instruction each), an instrumented guest does between
+// two calls to yield: each check charges the work since the previous one.
+// A yield costs about as much as a few hundred instructions, so this keeps
+// its cost within noise (BenchmarkGuestLoop in package wasmbin), while a
+// guest that never returns still comes back into Go every millisecond or
+// so, so a garbage collection waiting to stop the world is never held up
+// for long.
+const yieldInterval = 1 << 20
 
 // errInterrupted is the panic of yield in a call whose context is done.
 // wazero recovers it and returns it wrapped from the call.

@@ -2,6 +2,8 @@ package wasmbin
 
 // A tiny assembler for hand-written test modules.
 
+import "bytes"
+
 // cat concatenates byte slices.
 func cat(parts ...[]byte) []byte {
 	var b []byte
@@ -50,25 +52,36 @@ func body(locals []byte, code ...byte) []byte {
 var noLocals = vec()
 
 // s encodes v as signed LEB128.
-func s(v int) []byte {
-	var b []byte
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v == 0 && c&0x40 == 0 || v == -1 && c&0x40 != 0 {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
+func s(v int) []byte { return appendSLEB(nil, int64(v)) }
+
+// checkOf is the check Instrument inserts for the budget global g and the
+// yield function y, charging weight.
+func checkOf(g, y byte, weight int) []byte {
+	return cat(
+		[]byte{0x23, g, 0x41}, s(weight), []byte{0x6b, 0x24, g}, // budget -= weight
+		[]byte{0x23, g, 0x41, 0x00, 0x48, 0x04, 0x40, 0x10, y, 0x0b}, // if budget < 0 { yield() }
+	)
 }
 
-// checkOf is the code Instrument inserts into loops for the budget global
-// g and the yield function y.
-func checkOf(g, y byte) []byte {
-	return []byte{
-		0x23, g, 0x41, 0x01, 0x6b, 0x24, g, // budget--
-		0x23, g, 0x41, 0x00, 0x48, 0x04, 0x40, 0x10, y, 0x0b, // if budget < 0 { yield() }
+// unweighted returns b with the weight of every check for global 0 and
+// yield function 0 replaced by 1, for tests about where checks go rather
+// than what they charge.
+func unweighted(b []byte) []byte {
+	var out []byte
+	for i := 0; i < len(b); {
+		if i+3 <= len(b) && b[i] == 0x23 && b[i+1] == 0x00 && b[i+2] == 0x41 {
+			_, n, err := readSLEB(b, i+3, 32)
+			tail := []byte{0x6b, 0x24, 0x00, 0x23, 0x00, 0x41, 0x00, 0x48, 0x04, 0x40, 0x10, 0x00, 0x0b}
+			if j := n; err == nil && bytes.HasPrefix(b[j:], tail) {
+				out = append(out, checkOf(0, 0, 1)...)
+				i = j + len(tail)
+				continue
+			}
+		}
+		out = append(out, b[i])
+		i++
 	}
+	return out
 }
 
 // budgetExport is the export entry Instrument adds for global g.

@@ -24,6 +24,22 @@ const (
 // MaxLocals is the most locals Instrument accepts in one function.
 const MaxLocals = 50000
 
+// MaxTableEntries is the most entries a module's tables may hold together
+// (Instrument divides it equally among them). wazero keeps a table as a
+// slice of 8-byte references in the host's memory, outside the linear
+// memory cap, so 2^20 entries cost at most 8 MiB (16 while a grow copies
+// them). Go and Rust toolchains put every function whose address is taken
+// in one table: tens of thousands of entries for the largest modules.
+const MaxTableEntries = 1 << 20
+
+// maxWeight caps what one check charges, so that the budget arithmetic
+// stays far from the i32 range.
+const maxWeight = 1 << 24
+
+// ErrTooLarge is wrapped by errors about a module that asks for more than
+// wasp allows (tables larger than MaxTableEntries).
+var ErrTooLarge = errors.New("over the module limits")
+
 // ErrInstrumented is returned by Instrument for a module that already
 // exports BudgetGlobal or imports YieldModule.YieldFunc.
 var ErrInstrumented = errors.New("wasm: module already instrumented (exports " + BudgetGlobal + " or imports " + YieldModule + "." + YieldFunc + ")")
@@ -99,6 +115,18 @@ var yieldType = []byte{0x60, 0x00, 0x00}
 // other section in place. The input is not modified, and the same input
 // always gives the same output.
 func Instrument(wasm []byte) (out []byte, err error) {
+	return instrument(wasm, options{})
+}
+
+// options are variants of Instrument for measurements.
+type options struct {
+	// loopsOnly inserts checks before backward branches only, as wasp
+	// did before it bounded loop-free code: the baseline of
+	// BenchmarkCallChecks.
+	loopsOnly bool
+}
+
+func instrument(wasm []byte, o options) (out []byte, err error) {
 	m, err := Parse(wasm)
 	if err != nil {
 		return nil, err
@@ -111,7 +139,7 @@ func Instrument(wasm []byte) (out []byte, err error) {
 			return nil, ErrInstrumented
 		}
 	}
-	ins := &instrumenter{wasm: wasm, yield: uint32(m.importCount(KindFunc))}
+	ins := &instrumenter{wasm: wasm, yield: uint32(m.importCount(KindFunc)), opts: o}
 	emptyPayload := []byte{0} // a vector of no entries
 	types := reader{b: emptyPayload, end: len(emptyPayload)}
 	definedGlobals := 0
@@ -139,7 +167,15 @@ func Instrument(wasm []byte) (out []byte, err error) {
 		return nil, fmt.Errorf("wasm: too many globals (%d)", budget)
 	}
 	ins.budget = uint32(budget)
-	ins.check = ins.appendCheck(nil)
+	ins.tables = uint32(m.importCount(KindTable))
+	if s, ok := m.Section(SectionTable); ok {
+		r := s.payloadReader(wasm)
+		n, err := r.u32()
+		if err != nil {
+			return nil, s.errorf("%w", err)
+		}
+		ins.tables += n
+	}
 
 	out = make([]byte, 0, len(wasm)+len(wasm)/4+64)
 	out = append(out, wasm[:headerLen]...)
@@ -202,10 +238,10 @@ type instrumenter struct {
 	newType   bool
 	// budget is the global index of the added global.
 	budget uint32
-	// check is the code inserted before every backward branch.
-	check []byte
-	// loops is scratch space for body.
-	loops []bool
+	opts   options
+	// tables is the number of tables, imported and defined: each may
+	// hold MaxTableEntries divided by it.
+	tables uint32
 }
 
 // planTypes finds a () -> () type outside recursion groups in the type
@@ -263,21 +299,30 @@ func (ins *instrumenter) planTypes(r reader) error {
 	return nil
 }
 
-// appendCheck appends the code inserted before every backward branch.
-// The budget is decremented before it is tested, and the test is for a
-// negative value, so that a zero the host writes concurrently (between the
-// two reads) still makes the guest yield at the next iteration instead of
-// wrapping around.
-func (ins *instrumenter) appendCheck(b []byte) []byte {
+// appendCheck appends a budget check that charges weight, the cost of
+// the work since the previous check (at least 1). The budget is
+// decremented before it is tested, and the test is for a negative value,
+// so that a zero the host writes concurrently (between the two reads)
+// still makes the guest yield at the next check instead of wrapping
+// around.
+func (ins *instrumenter) appendCheck(b []byte, weight int64) []byte {
+	weight = min(max(weight, 1), maxWeight)
 	b = append(b, opGlobalGet)
 	b = appendULEB(b, uint64(ins.budget))
-	b = append(b, opI32Const, 0x01, opI32Sub, opGlobalSet)
+	b = append(b, opI32Const)
+	b = appendSLEB(b, weight)
+	b = append(b, opI32Sub, opGlobalSet)
 	b = appendULEB(b, uint64(ins.budget))
 	b = append(b, opGlobalGet)
 	b = appendULEB(b, uint64(ins.budget))
 	b = append(b, opI32Const, 0x00, opI32LtS, opIf, blockEmpty, opCall)
 	b = appendULEB(b, uint64(ins.yield))
 	return append(b, opEnd)
+}
+
+// tableCap is the most entries each table may hold.
+func (ins *instrumenter) tableCap() uint32 {
+	return MaxTableEntries / max(ins.tables, 1)
 }
 
 // section returns the rewritten payload of a section whose payload is r,
@@ -300,7 +345,7 @@ func (ins *instrumenter) section(id SectionID, r reader) ([]byte, error) {
 		entry = appendULEB(entry, uint64(ins.yieldType))
 		err = p.appendToVector(entry)
 	case SectionTable:
-		err = p.vector(1, p.table)
+		err = p.vector(1, func() error { return p.table(ins.tableCap()) })
 	case SectionGlobal:
 		if err = p.vector(3, p.global); err == nil {
 			p.dst = append(p.dst, budgetGlobalEntry...)
@@ -469,26 +514,63 @@ func (p *patcher) constExprs() error {
 }
 
 // table reads a table: a table type, or 0x40 0x00, a table type and an
-// initialiser (typed function references).
-func (p *patcher) table() error {
+// initialiser (typed function references), capping its size at limit
+// entries (see tableType).
+func (p *patcher) table(limit uint32) error {
 	if p.r.off < p.r.end && p.r.b[p.r.off] == 0x40 {
 		p.r.off++
 		if err := p.r.expect(0x00); err != nil {
 			return err
 		}
-		if err := p.tableType(); err != nil {
+		if err := p.tableType(limit); err != nil {
 			return err
 		}
 		return p.constExpr()
 	}
-	return p.tableType()
+	return p.tableType(limit)
 }
 
-func (p *patcher) tableType() error {
+// tableType reads a table type and rewrites its limits so that the table
+// never holds more than limit entries: a maximum above limit, or none, is
+// replaced by limit, and a minimum above it is an error. Tables live in
+// the host's memory, outside the linear memory cap; a table.grow past the
+// new maximum fails as the specification says (it returns -1), like a
+// memory.grow past the memory cap.
+func (p *patcher) tableType(limit uint32) error {
 	if err := p.r.refType(); err != nil {
 		return err
 	}
-	return p.r.limits()
+	at := p.r.off
+	flags, err := p.r.byte()
+	if err != nil {
+		return err
+	}
+	if flags > 7 {
+		return fmt.Errorf("limits flags %#x at offset %d: unknown", flags, at)
+	}
+	read := func() (uint64, error) { v, err := p.r.u32(); return uint64(v), err }
+	if flags&4 != 0 { // 64-bit table
+		read = p.r.u64
+	}
+	lo, err := read()
+	if err != nil {
+		return err
+	}
+	hi := uint64(limit)
+	if flags&1 != 0 {
+		if hi, err = read(); err != nil {
+			return err
+		}
+	}
+	if lo > uint64(limit) {
+		return fmt.Errorf("table at offset %d: minimum of %d entries is more than the %d allowed (%w)", at, lo, limit, ErrTooLarge)
+	}
+	p.copyTo(at)
+	p.dst = append(p.dst, flags|1)
+	p.dst = appendULEB(p.dst, lo)
+	p.dst = appendULEB(p.dst, min(hi, uint64(limit)))
+	p.last = p.r.off
+	return nil
 }
 
 // global reads a global: its type and initialiser.
@@ -558,136 +640,44 @@ func (p *patcher) element() error {
 }
 
 // code returns the code section payload r with every function body
-// instrumented.
+// instrumented. It walks the bodies twice: first, callees before callers,
+// to learn what a call to each function costs its caller; then in order,
+// to rewrite them with that knowledge.
 func (ins *instrumenter) code(r reader) ([]byte, error) {
-	n, err := r.count(2) // the smallest body is two bytes
+	funcs, err := ins.scanCalls(r)
 	if err != nil {
 		return nil, err
+	}
+	comps := components(funcs, ins.yield)
+	c := &costs{funcs: funcs, sccTail: make([]uint32, len(comps))}
+	w := &walker{ins: ins, c: c}
+	bodyErr := func(f int, err error) error {
+		return fmt.Errorf("function %d body at offset %d: %w", int(ins.yield)+f, funcs[f].off, err)
+	}
+	for id, comp := range comps {
+		for _, f := range comp {
+			w.self, w.emit = f, false
+			w.p = &patcher{r: reader{b: r.b, off: funcs[f].off, end: funcs[f].end}, shift: ins.yield}
+			if err := w.body(); err != nil {
+				return nil, bodyErr(f, err)
+			}
+			funcs[f].exposed, funcs[f].tail = w.summary()
+			c.sccTail[id] = max(c.sccTail[id], funcs[f].tail)
+			c.indirect = max(c.indirect, funcs[f].exposed)
+		}
 	}
 	code := make([]byte, 0, len(r.b[r.off:r.end])+len(r.b[r.off:r.end])/4+8)
-	code = appendULEB(code, uint64(n))
+	code = appendULEB(code, uint64(len(funcs)))
 	var body []byte
-	for i := range n {
-		at := r.off
-		size, err := r.u32()
-		if err != nil {
-			return nil, fmt.Errorf("function %d body at offset %d: size: %w", int(ins.yield)+i, at, err)
+	for f := range funcs {
+		w.self, w.emit = f, true
+		w.p = &patcher{r: reader{b: r.b, off: funcs[f].off, end: funcs[f].end}, dst: body[:0], last: funcs[f].off, shift: ins.yield}
+		if err := w.body(); err != nil {
+			return nil, bodyErr(f, err)
 		}
-		if uint64(size) > uint64(r.end-r.off) {
-			return nil, fmt.Errorf("function %d body at offset %d: truncated: size %d, %d bytes left", int(ins.yield)+i, at, size, r.end-r.off)
-		}
-		p := patcher{r: reader{b: r.b, off: r.off, end: r.off + int(size)}, dst: body[:0], last: r.off, shift: ins.yield}
-		if err := ins.body(&p); err != nil {
-			return nil, fmt.Errorf("function %d body at offset %d: %w", int(ins.yield)+i, at, err)
-		}
-		body = p.dst
+		body = w.p.dst
 		code = appendULEB(code, uint64(len(body)))
 		code = append(code, body...)
-		r.off = p.r.end
-	}
-	if err := r.done(); err != nil {
-		return nil, err
 	}
 	return code, nil
-}
-
-// body copies the function body of p with the check inserted before every
-// branch that can go back to the start of a loop, and function indices
-// renumbered. It decodes every instruction, so that immediates are never
-// mistaken for opcodes, and checks that blocks nest and the body ends with
-// its final end.
-func (ins *instrumenter) body(p *patcher) error {
-	r := &p.r
-	n, err := r.count(2)
-	if err != nil {
-		return fmt.Errorf("locals: %w", err)
-	}
-	var locals uint64
-	for range n {
-		c, err := r.u32()
-		if err != nil {
-			return fmt.Errorf("locals: %w", err)
-		}
-		// Engines cap a function's locals (V8 and SpiderMonkey at 50,000);
-		// wazero allocates them up front, so an absurd count would exhaust
-		// the host's memory.
-		if locals += uint64(c); locals > MaxLocals {
-			return fmt.Errorf("locals: more than %d", MaxLocals)
-		}
-		if err := r.valType(); err != nil {
-			return fmt.Errorf("locals: %w", err)
-		}
-	}
-	// loops says, for each open block from the outermost, whether it is a
-	// loop, so whether a branch to it goes backwards. The function body
-	// itself is not in it: a branch to it returns.
-	loops := ins.loops[:0]
-	defer func() { ins.loops = loops[:0] }()
-	backward := func(label uint32) bool {
-		return uint64(label) < uint64(len(loops)) && loops[len(loops)-1-int(label)]
-	}
-	for r.off < r.end {
-		at := r.off
-		op := r.b[at]
-		r.off++
-		check := false // insert the check before this instruction
-		switch op {
-		case opCall, opReturnCall, opRefFunc:
-			err = p.funcIdx()
-		case opBr, opBrIf, opBrOnNull, opBrOnNonNull:
-			var label uint32
-			label, err = r.u32()
-			check = backward(label)
-		case opBrTable:
-			var targets int
-			if targets, err = r.count(1); err != nil {
-				break
-			}
-			for range targets + 1 {
-				var label uint32
-				if label, err = r.u32(); err != nil {
-					break
-				}
-				check = check || backward(label)
-			}
-		case opTryTable:
-			// A catch clause naming a loop branches back to it when the
-			// body throws; the check then goes at the start of the body,
-			// which every such iteration enters anew.
-			var labels []uint32
-			labels, err = r.tryTableLabels()
-			for _, l := range labels {
-				if backward(l) {
-					p.copyTo(r.off)
-					p.dst = append(p.dst, ins.check...)
-					break
-				}
-			}
-		default:
-			err = r.instr(at, op)
-		}
-		if err != nil {
-			return err
-		}
-		if check {
-			p.copyTo(at)
-			p.dst = append(p.dst, ins.check...)
-		}
-		switch op {
-		case opBlock, opIf, opTry, opTryTable:
-			loops = append(loops, false)
-		case opLoop:
-			loops = append(loops, true)
-		case opEnd, opDelegate:
-			if len(loops) == 0 {
-				if op == opDelegate || r.off != r.end {
-					return fmt.Errorf("unbalanced %#02x at offset %d", op, at)
-				}
-				p.copyTo(r.end)
-				return nil
-			}
-			loops = loops[:len(loops)-1]
-		}
-	}
-	return fmt.Errorf("missing end at offset %d", r.end)
 }

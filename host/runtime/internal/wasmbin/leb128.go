@@ -83,3 +83,15 @@ func ulebLen(v uint64) int {
 	}
 	return n
 }
+
+// appendSLEB appends v encoded as signed LEB128 (minimal length) to b.
+func appendSLEB(b []byte, v int64) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if v == 0 && c&0x40 == 0 || v == -1 && c&0x40 != 0 {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
