@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +32,10 @@ const (
 	// *runtime.CallError (the input could not be encoded, the sync was
 	// stopped).
 	reasonOther = "other"
+	// reasonNotIsolated is the reason of a port that was in a failed call
+	// but was not told apart from the ports that caused it
+	// (pipeline.ErrNotIsolated).
+	reasonNotIsolated = "not-isolated"
 )
 
 // callBuckets are the module call duration buckets: 100 µs to about 3.3 s,
@@ -140,6 +145,7 @@ func (m *Metrics) SetChain(c *chain.Chain) {
 			}
 			m.modulePortFailures.WithLabelValues(mod.Name, s, string(r))
 		}
+		m.modulePortFailures.WithLabelValues(mod.Name, s, reasonNotIsolated)
 	}
 }
 
@@ -173,6 +179,9 @@ func (h pipelineHook) Fallbacks(n *pipeline.Fallbacks) {
 
 // reason returns the reason label of a module failure.
 func reason(err error) string {
+	if errors.Is(err, pipeline.ErrNotIsolated) {
+		return reasonNotIsolated
+	}
 	if r := runtime.ReasonOf(err); r != "" {
 		return string(r)
 	}

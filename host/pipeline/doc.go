@@ -10,10 +10,16 @@
 // Failures are contained to the service ports they concern. A port the
 // module declines, or whose record is invalid, fails alone. A call that
 // fails as a whole (trap, timeout, memory cap, malformed output) is retried
-// in halves, on fresh instances, until the ports that cause it are isolated,
-// within a time budget; the others get their results. A failed port gets
-// what the stage's failure policy says: under KeepLastGood it keeps its
-// last good decision, or, if it never had one, gets the native reference
-// decision; under Builtin it gets the native reference decision. Either
-// way a broken module never blackholes a Service.
+// in up to 16 parts, on fresh instances in parallel, until the ports that
+// cause it are isolated, within a budget of failed-call time; the others
+// get their results, and those the budget left unresolved are not blamed
+// (ErrNotIsolated) and are called alone next time. A port that failed
+// alone is quarantined for the stage: it is never again in a call with
+// other ports, and while its input and module are unchanged it is not
+// called again until its retry (Options.QuarantineRetry, doubling) but
+// gets its failure again (ErrQuarantined). A failed port gets what the
+// stage's failure policy says: under KeepLastGood it keeps its last good
+// decision, or, if it never had one, gets the native reference decision;
+// under Builtin it gets the native reference decision. Either way a broken
+// module never blackholes a Service.
 package pipeline

@@ -72,7 +72,10 @@ func TestObserver(t *testing.T) {
 	var opts pipeline.Options
 	opts.Modules[stage] = mod
 	opts.Observer = pipeline.Observers(nil, rec)
+	opts.QuarantineRetry = time.Minute
 	p := pipeline.New(opts)
+	clk := newClock()
+	pipeline.SetClock(p, clk.now)
 	node, sps := referencetest.Batch(1, 8, 3)
 	pp := ports(sps)
 	n := len(pp)
@@ -86,7 +89,10 @@ func TestObserver(t *testing.T) {
 		failed  string
 	}{
 		{name: "first run fails", fail: true, builtin: n, failed: "flaky endpoint-selection builtin trap"},
-		{name: "recovers"},
+		// Every port failed alone: in quarantine, they are called again
+		// (alone) once their retry is due.
+		{name: "quarantined", builtin: n, failed: "flaky endpoint-selection builtin trap"},
+		{name: "recovers", do: func() { clk.add(time.Minute); p.Run(context.Background(), node, pp) }},
 		{name: "fails again", fail: true, good: n, failed: "flaky endpoint-selection last-good trap"},
 		{name: "forget one port", do: func() { p.Forget(pp[0].Key) }, good: n - 1},
 	}
@@ -115,12 +121,13 @@ func TestObserver(t *testing.T) {
 			t.Errorf("%s: PortFailed %v, want none", st.name, rec.failed)
 		}
 	}
-	// Each failing run bisects its batch down to single ports: a binary
-	// tree of calls with n leaves, 2n-1 calls.
-	if got, want := rec.calls["flaky endpoint-selection error"], 2*(2*n-1); got != want {
-		t.Errorf("failed calls reported: %d, want %d (every call of two bisections)", got, want)
+	// Each failing run splits its batch into single ports (n < 16): n+1
+	// failed calls; the quarantined run makes none, the recovery one per
+	// port.
+	if got, want := rec.calls["flaky endpoint-selection error"], 2*(n+1); got != want {
+		t.Errorf("failed calls reported: %d, want %d (every call of two isolations)", got, want)
 	}
-	if got := rec.calls["flaky endpoint-selection ok"]; got != 1 {
-		t.Errorf("successful calls reported: %d, want 1", got)
+	if got := rec.calls["flaky endpoint-selection ok"]; got != n {
+		t.Errorf("successful calls reported: %d, want %d", got, n)
 	}
 }

@@ -2,8 +2,8 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -99,9 +99,20 @@ type Options struct {
 	// MinChunk is the fewest ports worth a call of their own when a batch
 	// is split across instances. Optional; default 512.
 	MinChunk int
-	// BisectBudget bounds the time spent isolating the ports that make a
-	// call fail. Optional; default 10 s.
+	// BisectBudget bounds, per stage and Run, the module time spent in
+	// calls that failed as a whole (the batch's own included): once they
+	// add up to it, no call is started to isolate the ports that cause
+	// the failures, and the ports not isolated get the failure policy's
+	// fallback with ErrNotIsolated, and are evaluated alone the next time.
+	// Calls that succeed are not counted, so that a machine that runs
+	// them slowly does not spend it. Optional; default 10 s.
 	BisectBudget time.Duration
+	// QuarantineRetry is how long a port that made its stage's module
+	// fail alone is not called again with the same input and module: its
+	// failure is applied without a call (ErrQuarantined). The wait doubles
+	// with each failure in a row, up to 32 times. A port in quarantine is
+	// never in a call with other ports. Optional; default 30 s.
+	QuarantineRetry time.Duration
 	// Observer is told about every module call. Optional.
 	Observer Observer
 }
@@ -172,6 +183,14 @@ type Pipeline struct {
 	fallback map[string]fallbackOf
 	counts   Fallbacks
 
+	// quarantine holds, per stage, the ports its module last failed for
+	// alone or that a failed call left unresolved (see quarantine.go);
+	// gen counts each stage's module swaps.
+	quarantine [len(abi.Stages) + 1]map[string]*suspect
+	gen        [len(abi.Stages) + 1]uint64
+	hasher     inputHasher
+	now        func() time.Time
+
 	workers []worker
 }
 
@@ -190,7 +209,17 @@ func New(opts Options) *Pipeline {
 	if opts.BisectBudget <= 0 {
 		opts.BisectBudget = 10 * time.Second
 	}
-	return &Pipeline{opts: opts, lastGood: map[string]*Result{}, fallback: map[string]fallbackOf{}, workers: make([]worker, workers(opts.Modules))}
+	if opts.QuarantineRetry <= 0 {
+		opts.QuarantineRetry = 30 * time.Second
+	}
+	p := &Pipeline{
+		opts: opts, lastGood: map[string]*Result{}, fallback: map[string]fallbackOf{},
+		hasher: newInputHasher(), now: time.Now, workers: make([]worker, workers(opts.Modules)),
+	}
+	for _, stage := range abi.Stages {
+		p.quarantine[stage] = map[string]*suspect{}
+	}
+	return p
 }
 
 // workers is how many calls the pipeline runs at once: the largest
@@ -208,9 +237,15 @@ func workers(mods [len(abi.Stages) + 1]Module) int {
 // SetModules replaces the stages' modules and their failure policies (hot
 // reload). The last good decision of every port is kept: a port the new
 // modules fail for under KeepLastGood keeps the decision the old ones
-// made, as for any failure. It must not be called while Run runs; the
-// caller closes the old modules.
+// made, as for any failure. A port in a stage's quarantine stays there,
+// but a new module of the stage is called for it (alone) at once. It must
+// not be called while Run runs; the caller closes the old modules.
 func (p *Pipeline) SetModules(mods [len(abi.Stages) + 1]Module, policies [len(abi.Stages) + 1]FailurePolicy) {
+	for _, stage := range abi.Stages {
+		if !sameModule(mods[stage], p.opts.Modules[stage]) {
+			p.gen[stage]++
+		}
+	}
 	p.opts.Modules, p.opts.Policies = mods, policies
 	p.workers = make([]worker, workers(mods))
 }
@@ -221,9 +256,13 @@ type fallbackOf struct {
 	src   Source
 }
 
-// Forget drops the last good decision of ports that no longer exist.
+// Forget drops the last good decision, and the quarantine, of ports that
+// no longer exist.
 func (p *Pipeline) Forget(key string) {
 	delete(p.lastGood, key)
+	for _, q := range p.quarantine {
+		delete(q, key)
+	}
 	if p.setFallback(key, nil) {
 		p.reportFallbacks()
 	}
@@ -298,6 +337,7 @@ func (p *Pipeline) run(ctx context.Context, node abi.Node, ports []Port) (_ []Re
 	results := make([]Result, n)
 	decisions := make([]abi.Decision, n)
 	failed := make([]bool, n)
+	errs := make([]error, n)
 	sps := make([]abi.ServicePort, n)
 	for i := range ports {
 		sps[i] = ports[i].ServicePort
@@ -314,19 +354,23 @@ func (p *Pipeline) run(ctx context.Context, node abi.Node, ports []Port) (_ []Re
 		if len(live) == 0 {
 			break
 		}
-		errs, chunks := p.runStage(ctx, stage, node, sps, live, decisions)
+		clear(errs)
+		chunks := p.runStage(ctx, stage, node, ports, sps, live, decisions, errs)
 		split = split || chunks > 1
 		nfailed, first := 0, -1
-		for k, err := range errs {
+		for _, i := range live {
+			err := errs[i]
 			if err == nil {
 				continue
 			}
-			i := live[k]
 			failed[i] = true
 			results[i] = p.fallbackResult(node, ports[i], p.opts.Policies[stage], err)
 			p.setFallback(ports[i].Key, &fallbackOf{stage, results[i].Source})
 			if o := p.opts.Observer; o != nil {
 				o.PortFailed(nameOf(p.opts.Modules[stage]), stage, ports[i].Key, results[i].Source, err)
+			}
+			if errors.Is(err, ErrQuarantined) {
+				continue // logged when it was quarantined
 			}
 			if nfailed++; first < 0 {
 				first = i
@@ -366,45 +410,65 @@ func (p *Pipeline) fallbackResult(node abi.Node, port Port, policy FailurePolicy
 	}
 }
 
-// runStage runs stage for the ports sps[live[k]], updating decisions in
-// place, and returns a per-live-port error (nil on success) and how many
-// calls it split the ports into (0: native).
-func (p *Pipeline) runStage(ctx context.Context, stage abi.Stage, node abi.Node, sps []abi.ServicePort, live []int, decisions []abi.Decision) ([]error, int) {
-	errs := make([]error, len(live))
+// runStage runs stage for the ports live (indices into ports, sps and
+// decisions), updating decisions in place and setting errs[i] for each
+// port it fails for, and returns how many calls it split the batch into
+// (0: native, or only ports in quarantine).
+//
+// The ports in the stage's quarantine are not in the batch: a port whose
+// input and module are those of its last failure, and whose retry is not
+// due, gets that failure without a call; the others are called alone,
+// after the batch. The batch is split across the instances when it is
+// large; a call that fails as a whole is split further (isolate.go).
+func (p *Pipeline) runStage(ctx context.Context, stage abi.Stage, node abi.Node, ports []Port, sps []abi.ServicePort, live []int, decisions []abi.Decision, errs []error) int {
 	mod := p.opts.Modules[stage]
 	if mod == nil {
 		for _, i := range live {
 			decisions[i] = native(stage, &node, &sps[i], decisions[i])
 		}
-		return errs, 0
+		return 0
 	}
-	chunks := max(1, min(mod.Instances(), len(live)/p.opts.MinChunk))
-	size := (len(live) + chunks - 1) / chunks
-	deadline := time.Now().Add(p.opts.BisectBudget)
-	if chunks == 1 {
-		// An incremental change: one short call on this goroutine.
-		p.call(ctx, &p.workers[0], mod, stage, node, sps, live, decisions, errs, deadline)
-		return errs, 1
-	}
-	var wg sync.WaitGroup
-	for c := range chunks {
-		lo, hi := c*size, min((c+1)*size, len(live))
-		if lo >= hi {
-			break
+	q := p.quarantine[stage]
+	outcomes := make([]outcome, len(sps))
+	batch, alone := live, []task(nil)
+	if len(q) > 0 {
+		batch = make([]int, 0, len(live))
+		now := p.now()
+		for _, i := range live {
+			s, ok := q[ports[i].Key]
+			switch {
+			case !ok:
+				batch = append(batch, i)
+			case s.skip(p.hasher.hash(stage, node, sps, decisions, i), p.gen[stage], now):
+				errs[i], outcomes[i] = s.skipped(), outSkipped
+			default:
+				alone = append(alone, task{idx: []int{i}, isolating: true, known: s})
+			}
 		}
-		wg.Add(1)
-		go func(w *worker) {
-			defer wg.Done()
-			p.call(ctx, w, mod, stage, node, sps, live[lo:hi], decisions, errs[lo:hi], deadline)
-		}(&p.workers[c%len(p.workers)])
 	}
-	wg.Wait()
-	return errs, chunks
+	chunks := 0
+	var tasks []task
+	if len(batch) > 0 {
+		chunks = max(1, min(mod.Instances(), len(batch)/p.opts.MinChunk))
+		size := (len(batch) + chunks - 1) / chunks
+		for lo := 0; lo < len(batch); lo += size {
+			tasks = append(tasks, task{idx: batch[lo:min(lo+size, len(batch))]})
+		}
+	}
+	is := &isolation{
+		p: p, ctx: ctx, stage: stage, node: node, mod: mod, sps: sps, decisions: decisions, errs: errs, outcomes: outcomes,
+		workers: p.workers[:max(1, min(mod.Instances(), len(p.workers)))],
+	}
+	is.run(tasks, alone)
+	p.settle(ctx, stage, node, ports, sps, decisions, live, errs, outcomes)
+	return chunks
 }
 
-// call runs one batch; when the whole call fails it bisects.
+// call runs one batch. On success it sets the ports' decisions, or their
+// errs for the error records; it returns the error of a call that failed
+// as a whole, and the call's duration.
 func (p *Pipeline) call(ctx context.Context, w *worker, mod Module, stage abi.Stage, node abi.Node,
-	sps []abi.ServicePort, idx []int, decisions []abi.Decision, errs []error, deadline time.Time) {
+	sps []abi.ServicePort, idx []int, decisions []abi.Decision, errs []error) (time.Duration, error) {
 	b := abi.Batch{Stage: stage, Node: node}
 	if lo, hi := idx[0], idx[len(idx)-1]+1; hi-lo == len(idx) {
 		// The usual case, no port settled by an earlier failure: the
@@ -428,39 +492,28 @@ func (p *Pipeline) call(ctx context.Context, w *worker, mod Module, stage abi.St
 			err = &runtime.CallError{Module: nameOf(mod), Stage: stage, Reason: runtime.ReasonInvalidOutput, Err: err}
 		}
 	}
+	d := time.Since(start)
 	if o := p.opts.Observer; o != nil {
-		o.Call(nameOf(mod), stage, len(idx), time.Since(start), err)
+		o.Call(nameOf(mod), stage, len(idx), d, err)
 	}
-	if err == nil {
-		for k, i := range idx {
-			r := &w.res[k]
-			if r.Err != "" {
-				kind := "module error"
-				if r.Invalid {
-					kind = "invalid output"
-				}
-				errs[k] = &runtime.CallError{Module: nameOf(mod), Stage: stage, Reason: reasonOf(r), Err: fmt.Errorf("%s: %s", kind, r.Err)}
-				continue
+	if err != nil {
+		return d, err
+	}
+	for k, i := range idx {
+		r := &w.res[k]
+		if r.Err != "" {
+			kind := "module error"
+			if r.Invalid {
+				kind = "invalid output"
 			}
-			// DecodeOutput gives each call fresh index arrays, so the
-			// decision can be kept as it is.
-			decisions[i] = r.Decision
+			errs[i] = &runtime.CallError{Module: nameOf(mod), Stage: stage, Reason: reasonOf(r), Err: fmt.Errorf("%s: %s", kind, r.Err)}
+			continue
 		}
-		return
+		// DecodeOutput gives each call fresh index arrays, so the
+		// decision can be kept as it is.
+		decisions[i] = r.Decision
 	}
-	if len(idx) == 1 || time.Now().After(deadline) || ctx.Err() != nil {
-		if len(idx) > 1 {
-			klog.FromContext(ctx).Info("Module call failed; bisect budget spent, failing the whole chunk",
-				"stage", stage.String(), "ports", len(idx), "err", err)
-		}
-		for k := range errs {
-			errs[k] = err
-		}
-		return
-	}
-	half := len(idx) / 2
-	p.call(ctx, w, mod, stage, node, sps, idx[:half], decisions, errs[:half], deadline)
-	p.call(ctx, w, mod, stage, node, sps, idx[half:], decisions, errs[half:], deadline)
+	return d, nil
 }
 
 func reasonOf(r *abi.Result) runtime.Reason {
