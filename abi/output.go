@@ -348,3 +348,19 @@ func (r *reader) set(pool []uint32) (Indices, []uint32, error) {
 	}
 	return Indices(pool[start:len(pool):len(pool)]), pool, nil
 }
+
+// MaxOutputLen returns the length of the largest valid output of a stage
+// for the encoded input batch, or 0 if input is not a batch. A host can
+// refuse a longer output without reading it: per port, the largest record
+// is an error record (8 bytes and a message of at most MaxErrorLen,
+// padded) or a traffic-policy record (20 bytes and three sets of distinct
+// indices among the port's endpoints).
+func MaxOutputLen(input []byte) int {
+	if len(input) < HeaderSize || le.Uint32(input[hdrMagic:]) != InputMagic {
+		return 0
+	}
+	ports := uint64(le.Uint32(input[hdrPortCount:]))
+	endpoints := uint64(le.Uint32(input[hdrEndpointCount:]))
+	n := OutputHeaderSize + ports*(20+8+MaxErrorLen+3) + endpoints*12
+	return int(min(n, 1<<40))
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/wasp-proxy/wasp/abi"
@@ -28,6 +29,8 @@ type instance struct {
 	stack       []uint64
 	calls       int
 	limit       uint64        // memory cap in bytes
+	pool        *memoryPool
+	refused     uint64 // pool.refused when the current call started
 	timeout     time.Duration // per call
 	closeOnce   sync.Once
 }
@@ -43,11 +46,12 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		WithStdout(stderr)
 	ictx, cancel := context.WithTimeout(ctx, m.limits.Timeout)
 	defer cancel()
+	ictx = experimental.WithMemoryAllocator(ictx, m.memory)
 	mod, err := m.engine.InstantiateModule(ictx, m.compiled, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w%s", err, stderr.suffix())
 	}
-	in := &instance{mod: mod, stderr: stderr, stack: make([]uint64, 2), limit: m.limits.MemoryBytes, timeout: m.limits.Timeout}
+	in := &instance{mod: mod, stderr: stderr, stack: make([]uint64, 2), limit: m.limits.MemoryBytes, timeout: m.limits.Timeout, pool: m.memory}
 	in.buffer = mod.ExportedFunction(abi.BufferExport)
 	for _, s := range abi.Stages {
 		in.stages[s] = mod.ExportedFunction(s.Export())
@@ -85,6 +89,11 @@ func (in *instance) call(ctx context.Context, stage abi.Stage, input, dst []byte
 	optr, olen := uint32(res>>32), uint32(res)
 	if olen == 0 {
 		return dst, in.failure(stage, ReasonNoOutput, errors.New("the stage returned no output (malformed batch or unregistered stage)"))
+	}
+	// Refused before it is read: a copy of a huge output would cost the
+	// host as much again.
+	if max := abi.MaxOutputLen(input); max > 0 && uint64(olen) > uint64(max) {
+		return dst, in.failure(stage, ReasonInvalidOutput, fmt.Errorf("output of %d bytes is longer than any valid output for this batch (%d)", olen, max))
 	}
 	view, ok := in.mod.Memory().Read(optr, olen)
 	if !ok {
@@ -131,6 +140,7 @@ func (in *instance) failure(stage abi.Stage, r Reason, err error) *CallError {
 func (in *instance) invoke(ctx context.Context, fn api.Function, input []byte) (uint64, *CallError) {
 	cctx, cancel := context.WithTimeout(ctx, in.timeout)
 	defer cancel()
+	in.refused = in.pool.refused.Load()
 	if in.budget != nil {
 		st := &callState{budget: in.budget}
 		cctx = context.WithValue(cctx, callStateKey{}, st)
@@ -179,10 +189,12 @@ func (in *instance) invoke(ctx context.Context, fn api.Function, input []byte) (
 }
 
 // outOfMemory reports whether linear memory has reached its cap (within a
-// page of slack a failed grow leaves).
+// page of slack a failed grow leaves), or the module's pool refused a grow
+// during the call.
 func (in *instance) outOfMemory() bool {
 	size := uint64(in.mod.Memory().Size())
-	return size+pageSize*16 >= in.limit || strings.Contains(in.stderr.String(), "out of memory")
+	return size+pageSize*16 >= in.limit || in.pool.refused.Load() > in.refused ||
+		strings.Contains(in.stderr.String(), "out of memory")
 }
 
 // isInterrupted reports whether err is how an interrupted call ends: a

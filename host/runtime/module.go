@@ -35,6 +35,12 @@ type Limits struct {
 	// RecycleAboveBytes replaces an instance whose linear memory has grown
 	// past this size after a call. Default 3/4 of MemoryBytes.
 	RecycleAboveBytes uint64
+	// PoolMemoryBytes caps the linear memory of all the module's instances
+	// together, so that what a module can take from the node does not grow
+	// with its pool (Instances, one per core by default): a memory.grow
+	// past it fails in the guest, as one past MemoryBytes does. Default
+	// 1.5 × MemoryBytes (384 MiB).
+	PoolMemoryBytes uint64
 }
 
 // Defaults for Limits.
@@ -61,6 +67,9 @@ func (l Limits) withDefaults() Limits {
 	if l.RecycleAboveBytes == 0 {
 		l.RecycleAboveBytes = l.MemoryBytes / 4 * 3
 	}
+	if l.PoolMemoryBytes == 0 {
+		l.PoolMemoryBytes = l.MemoryBytes + l.MemoryBytes/2
+	}
 	return l
 }
 
@@ -84,6 +93,7 @@ type Module struct {
 	compiled wazero.CompiledModule
 	limits   Limits
 
+	memory *memoryPool
 	tokens chan struct{} // one per instance the pool may hold
 	mu     sync.Mutex
 	idle   []*instance
@@ -170,6 +180,7 @@ func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Lim
 	m := &Module{
 		Name: name, Digest: digest, Metadata: meta, Config: config,
 		rt: r, engine: engine, compiled: compiled, limits: limits,
+		memory: &memoryPool{limit: limits.PoolMemoryBytes},
 		tokens: make(chan struct{}, limits.Instances),
 	}
 	for range limits.Instances {

@@ -26,6 +26,16 @@ func misbehave(sp wasp.ServicePort) error {
 		for {
 			hog = append(hog, make([]byte, 1<<20))
 		}
+	case "fill":
+		// A bomb that writes what it takes, so that every page costs the
+		// node.
+		for {
+			b := make([]byte, 1<<20)
+			for i := range b {
+				b[i] = 1
+			}
+			hog = append(hog, b)
+		}
 	case "trap":
 		// An out-of-bounds load is a Wasm trap, not a Go panic.
 		p := (*uint32)(unsafe.Pointer(uintptr(0xFFFFFFF0)))

@@ -1,0 +1,177 @@
+package runtime_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	goruntime "runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/host/runtime/internal/hostile"
+)
+
+// The hostile corpus: modules written to hurt the host rather than to
+// route, each refused or contained. Shapes that cost the compiler are in
+// compile_test.go.
+
+// TestHostileLoopFreeCode: a call tree of 2^62 calls with no loop in the
+// stage function, the initialisation and wasp_configure. Each is stopped
+// by its deadline; before the checks went on calls, each ran for ever and
+// froze the process at its next garbage collection.
+func TestHostileLoopFreeCode(t *testing.T) {
+	tree := append(hostile.TreeCall(62), 0x42, 0x00, 0x0b) // then i64.const 0
+	r := newRuntime(t, runtime.Config{})
+	limits := runtime.Limits{Timeout: 200 * time.Millisecond, Instances: 1}
+	within := func(t *testing.T, f func() error) error {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- f() }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second): // failure guard only
+			t.Fatal("still running 30s after a 200ms deadline")
+			return nil
+		}
+	}
+	t.Run("stage", func(t *testing.T) {
+		m, err := r.Load(context.Background(), "tree", hostile.Guest{Stage: tree}.Module(), limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = within(t, func() error { _, err := call(t, m, batch(abi.StageTopology, "")); return err })
+		var ce *runtime.CallError
+		if !errors.As(err, &ce) || ce.Reason != runtime.ReasonTimeout {
+			t.Fatalf("call: %v, want a CallError with reason %s", err, runtime.ReasonTimeout)
+		}
+	})
+	t.Run("initialize", func(t *testing.T) {
+		init := append(hostile.TreeCall(62), 0x0b)
+		err := within(t, func() error {
+			_, err := r.Load(context.Background(), "tree", hostile.Guest{Initialize: init}.Module(), limits)
+			return err
+		})
+		if !errors.Is(err, runtime.ErrInvalidModule) || !strings.Contains(err.Error(), "deadline") {
+			t.Fatalf("Load: %v, want ErrInvalidModule after the deadline", err)
+		}
+	})
+	t.Run("configure", func(t *testing.T) {
+		err := within(t, func() error {
+			_, err := r.Load(context.Background(), "tree", hostile.Guest{Configure: tree}.Module(), limits, runtime.WithConfig([]byte(`{"a":1}`)))
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), "deadline") {
+			t.Fatalf("Load: %v, want a failure after the deadline", err)
+		}
+	})
+}
+
+// TestHostileOutput: an output far longer than any valid one is refused
+// before the host copies it.
+func TestHostileOutput(t *testing.T) {
+	const size = 96 << 20
+	// wasp_topology returns (0, 96 MiB): the whole of a 96 MiB memory.
+	stage := []byte{0x42, 0x80, 0x80, 0x80, 0x30, 0x0b} // i64.const 96 << 20
+	r := newRuntime(t, runtime.Config{})
+	m, err := r.Load(context.Background(), "big", hostile.Guest{Pages: size >> 16, Stage: stage}.Module(), runtime.Limits{Instances: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := heapInUse()
+	_, err = call(t, m, batch(abi.StageTopology, ""))
+	var ce *runtime.CallError
+	if !errors.As(err, &ce) || ce.Reason != runtime.ReasonInvalidOutput || !strings.Contains(err.Error(), "longer than any valid output") {
+		t.Fatalf("call: %v, want an invalid output longer than any valid one", err)
+	}
+	if grew := int64(heapInUse()) - int64(before); grew > size/4 {
+		t.Errorf("the host's heap grew by %d MiB refusing a %d MiB output", grew>>20, size>>20)
+	}
+}
+
+// TestHostileMemoryHostCost: what a guest's memory costs the node. A
+// memory bomb grows its memory to the cap and writes every page; the process's
+// peak resident memory must grow by about the cap, not by the several
+// times the cap that growing by reallocation on the Go heap cost. The
+// instances of a module together stay under the pool's cap.
+func TestHostileMemoryHostCost(t *testing.T) {
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Skipf("cannot reset the peak resident memory (Linux /proc/self/clear_refs): %v", err)
+	}
+	r := newRuntime(t, runtime.Config{})
+	tests := []struct {
+		name      string
+		limits    runtime.Limits
+		calls     int
+		wantBelow uint64 // peak growth, bytes
+	}{
+		{"one instance", runtime.Limits{MemoryBytes: 128 << 20, Instances: 1, Timeout: time.Minute}, 1, 128 << 20 * 3 / 2},
+		{"a pool of four, capped together", runtime.Limits{MemoryBytes: 128 << 20, PoolMemoryBytes: 160 << 20, Instances: 4, Timeout: time.Minute}, 4, 160 << 20 * 3 / 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := r.Load(context.Background(), "misbehave", testModule(t, "misbehave"), tc.limits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+				t.Fatal(err)
+			}
+			base := procStatus(t, "VmRSS")
+			var wg sync.WaitGroup
+			for range tc.calls {
+				wg.Go(func() {
+					_, err := call(t, m, batch(abi.StageTopology, "fill"))
+					var ce *runtime.CallError
+					if !errors.As(err, &ce) || ce.Reason != runtime.ReasonMemory {
+						t.Errorf("bomb: %v, want reason %s", err, runtime.ReasonMemory)
+					}
+				})
+			}
+			wg.Wait()
+			peak := procStatus(t, "VmHWM")
+			t.Logf("resident memory: %d MiB before, peak %d MiB (+%d MiB)", base>>20, peak>>20, (peak-base)>>20)
+			if peak-base > tc.wantBelow {
+				t.Errorf("peak resident memory grew by %d MiB, want under %d MiB", (peak-base)>>20, tc.wantBelow>>20)
+			}
+		})
+	}
+}
+
+// procStatus reads a memory field of /proc/self/status, in bytes.
+func procStatus(t *testing.T, field string) uint64 {
+	t.Helper()
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), field+":")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kb << 10
+	}
+	t.Fatalf("no %s in /proc/self/status", field)
+	return 0
+}
+
+// heapInUse is the Go heap's in-use bytes after a collection.
+func heapInUse() uint64 {
+	goruntime.GC()
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
