@@ -28,9 +28,9 @@ type instance struct {
 	stderr      *head
 	stack       []uint64
 	calls       int
-	limit       uint64        // memory cap in bytes
+	limit       uint64 // memory cap in bytes
 	pool        *memoryPool
-	refused     uint64 // pool.refused when the current call started
+	refused     uint64        // pool.refused when the current call started
 	timeout     time.Duration // per call
 	closeOnce   sync.Once
 }
