@@ -175,3 +175,23 @@ func heapInUse() uint64 {
 	goruntime.ReadMemStats(&ms)
 	return ms.HeapInuse
 }
+
+// TestSharedCacheDirRefused: compiled code read from the cache runs as
+// wasp, so a cache directory others can write is refused.
+func TestSharedCacheDirRefused(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runtime.New(runtime.Config{CacheDir: dir}); err == nil || !strings.Contains(err.Error(), "lets others write") {
+		t.Fatalf("New with a world-writable cache: %v, want a refusal", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r, err := runtime.New(runtime.Config{CacheDir: dir})
+	if err != nil {
+		t.Fatalf("New with a private cache: %v", err)
+	}
+	r.Close(context.Background())
+}

@@ -44,14 +44,14 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		WithStartFunctions("_initialize").
 		WithStderr(stderr).
 		WithStdout(stderr)
-	ictx, cancel := context.WithTimeout(ctx, m.limits.Timeout)
+	ictx, cancel := context.WithTimeout(ctx, m.limits.InitTimeout)
 	defer cancel()
 	ictx = experimental.WithMemoryAllocator(ictx, m.memory)
 	mod, err := m.engine.InstantiateModule(ictx, m.compiled, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w%s", err, stderr.suffix())
 	}
-	in := &instance{mod: mod, stderr: stderr, stack: make([]uint64, 2), limit: m.limits.MemoryBytes, timeout: m.limits.Timeout, pool: m.memory}
+	in := &instance{mod: mod, stderr: stderr, stack: make([]uint64, 2), limit: m.limits.MemoryBytes, timeout: m.limits.InitTimeout, pool: m.memory}
 	in.buffer = mod.ExportedFunction(abi.BufferExport)
 	for _, s := range abi.Stages {
 		in.stages[s] = mod.ExportedFunction(s.Export())
@@ -71,6 +71,7 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		in.close()
 		return nil, classified{fmt.Errorf("module %q rejected its configuration: %s", m.Name, msg), ErrConfigRejected}
 	}
+	in.timeout = m.limits.Timeout // configured under InitTimeout; calls get Timeout
 	return in, nil
 }
 

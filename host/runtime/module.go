@@ -27,6 +27,12 @@ type Limits struct {
 	MemoryBytes uint64
 	// Timeout bounds one stage call. Default 2 s.
 	Timeout time.Duration
+	// InitTimeout bounds the creation of an instance: the module's start
+	// functions and wasp_configure. It is longer than Timeout because a
+	// Go guest's runtime starts up there, and an instance replacing a
+	// failed one is created while the node may be busy: a slow start must
+	// not count against a call. Default 5 × Timeout.
+	InitTimeout time.Duration
 	// Instances is the size of the instance pool. Default GOMAXPROCS.
 	Instances int
 	// RecycleAfterCalls replaces an instance after this many calls.
@@ -57,6 +63,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Timeout == 0 {
 		l.Timeout = DefaultTimeout
+	}
+	if l.InitTimeout == 0 {
+		l.InitTimeout = 5 * l.Timeout
 	}
 	if l.Instances <= 0 {
 		l.Instances = runtime.GOMAXPROCS(0)

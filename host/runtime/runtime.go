@@ -30,7 +30,10 @@ const (
 // Config configures a Runtime.
 type Config struct {
 	// CacheDir, if set, keeps compiled machine code on disk across
-	// restarts, keyed by module content. Optional.
+	// restarts, keyed by module content, in a subdirectory named after
+	// the wasp build. It must be writable by wasp's user alone (New
+	// refuses it otherwise): what is read from there runs as native code.
+	// Optional.
 	CacheDir string
 	// Interrupt selects the deadline mechanism. Optional.
 	Interrupt Interrupt
@@ -69,7 +72,11 @@ func New(cfg Config) (*Runtime, error) {
 	cfg.Compile = cfg.Compile.withDefaults()
 	r := &Runtime{cfg: cfg, engines: map[uint32]wazero.Runtime{}, compiled: map[compiledKey]wazero.CompiledModule{}}
 	if cfg.CacheDir != "" {
-		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
+		dir, err := compiledCacheDir(cfg.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("compilation cache %q: %w", cfg.CacheDir, err)
+		}
+		c, err := wazero.NewCompilationCacheWithDir(dir)
 		if err != nil {
 			return nil, fmt.Errorf("compilation cache %q: %w", cfg.CacheDir, err)
 		}
