@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,6 +59,15 @@ type ControlPlane struct {
 	// Dir holds certificates, logs (etcd.log, kube-apiserver.log) and the
 	// etcd data; it is removed when the test ends.
 	Dir string
+
+	// mu guards apiserver and restarts, which StopAPIServer and
+	// StartAPIServer change.
+	mu        sync.Mutex
+	apiserver *process
+	apiBin    string
+	apiArgs   []string
+	apiReady  func() bool
+	restarts  int
 }
 
 // Enabled reports whether end-to-end tests were asked for (WASP_E2E=1).
@@ -124,7 +134,8 @@ func Start(ctx context.Context, t testing.TB) *ControlPlane {
 	t1 := time.Now()
 
 	// kube-apiserver
-	apiserver, err := startProcess(bins.KubeAPIServer, filepath.Join(cp.Dir, "kube-apiserver.log"),
+	cp.apiBin = bins.KubeAPIServer
+	cp.apiArgs = []string{
 		"--etcd-servers", cp.EtcdURL,
 		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
 		"--secure-port", strconv.Itoa(apiPort),
@@ -135,7 +146,7 @@ func Start(ctx context.Context, t testing.TB) *ControlPlane {
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", filepath.Join(pkiDir, saPublicKeyFile),
 		"--service-account-signing-key-file", filepath.Join(pkiDir, saPrivateKeyFile),
-		"--service-cluster-ip-range", ServiceCIDR+","+ServiceCIDR6,
+		"--service-cluster-ip-range", ServiceCIDR + "," + ServiceCIDR6,
 		"--authorization-mode", "RBAC",
 		// As kubeadm's: a node proxy's DaemonSet has a privileged init
 		// container (deploy/), which the default refuses.
@@ -144,14 +155,21 @@ func Start(ctx context.Context, t testing.TB) *ControlPlane {
 		// endpoint of the "kubernetes" Service, and loopback endpoints are
 		// invalid.
 		"--endpoint-reconciler-type", "none",
-	)
+	}
+	apiserver, err := startProcess(cp.apiBin, filepath.Join(cp.Dir, "kube-apiserver.log"), cp.apiArgs...)
 	if err != nil {
 		t.Fatalf("start kube-apiserver: %v", err)
 	}
+	cp.apiserver = apiserver
 	t.Cleanup(func() {
-		apiserver.stop(t)
+		cp.mu.Lock()
+		defer cp.mu.Unlock()
+		if cp.apiserver == nil {
+			return
+		}
+		cp.apiserver.stop(t)
 		if t.Failed() {
-			t.Logf("kube-apiserver log (last lines of %s):\n%s", apiserver.logPath, apiserver.logTail(40))
+			t.Logf("kube-apiserver log (last lines of %s):\n%s", cp.apiserver.logPath, cp.apiserver.logTail(40))
 			t.Logf("etcd log (last lines of %s):\n%s", etcd.logPath, etcd.logTail(20))
 		}
 	})
@@ -165,11 +183,12 @@ func Start(ctx context.Context, t testing.TB) *ControlPlane {
 	apiClient := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{adminTLS}},
 	}}
-	defer apiClient.CloseIdleConnections()
-	if err := apiserver.waitReady(ctx, func() bool {
+	cp.apiReady = func() bool {
+		defer apiClient.CloseIdleConnections()
 		body, err := get(apiClient, cp.Host+"/readyz")
 		return err == nil && body == "ok"
-	}); err != nil {
+	}
+	if err := apiserver.waitReady(ctx, cp.apiReady); err != nil {
 		t.Fatalf("kube-apiserver: %v", err)
 	}
 	t2 := time.Now()
@@ -242,4 +261,42 @@ func get(c *http.Client, url string) (string, error) {
 		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return strings.TrimSpace(string(body)), nil
+}
+
+// StopAPIServer stops kube-apiserver (SIGTERM, SIGKILL after 10 s) and
+// leaves etcd running: an apiserver outage. Every client then gets
+// connection refused until StartAPIServer. Stopping a stopped apiserver
+// does nothing.
+func (cp *ControlPlane) StopAPIServer(t testing.TB) {
+	t.Helper()
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.apiserver == nil {
+		return
+	}
+	cp.apiserver.stop(t)
+	cp.apiserver = nil
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, on the
+// same port with the same flags and certificates, and waits for its
+// /readyz; each start logs to its own file (kube-apiserver-2.log, ...).
+// It fails t if the apiserver is running or does not become ready.
+func (cp *ControlPlane) StartAPIServer(ctx context.Context, t testing.TB) {
+	t.Helper()
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.apiserver != nil {
+		t.Fatal("start kube-apiserver: it is running")
+	}
+	cp.restarts++
+	log := filepath.Join(cp.Dir, fmt.Sprintf("kube-apiserver-%d.log", cp.restarts+1))
+	p, err := startProcess(cp.apiBin, log, cp.apiArgs...)
+	if err != nil {
+		t.Fatalf("restart kube-apiserver: %v", err)
+	}
+	cp.apiserver = p
+	if err := p.waitReady(ctx, cp.apiReady); err != nil {
+		t.Fatalf("restarted kube-apiserver: %v", err)
+	}
 }

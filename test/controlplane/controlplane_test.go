@@ -115,4 +115,16 @@ func TestControlPlane(t *testing.T) {
 	if err := proxy.CoreV1().Services(ns).Delete(ctx, svc.Name, metav1.DeleteOptions{}); err == nil {
 		t.Errorf("%s deleted a service; RBAC is not enforced", kubeProxyUser)
 	}
+
+	// An outage: stopped, the apiserver refuses; started again on the
+	// same port, it serves what etcd kept.
+	cp.StopAPIServer(t)
+	if _, err := client.CoreV1().Services(ns).Get(ctx, svc.Name, metav1.GetOptions{}); err == nil {
+		t.Fatal("the apiserver answered while stopped")
+	}
+	cp.StartAPIServer(ctx, t)
+	got, err := client.CoreV1().Services(ns).Get(ctx, svc.Name, metav1.GetOptions{})
+	if err != nil || got.Spec.ClusterIP != svc.Spec.ClusterIP {
+		t.Fatalf("after the apiserver restarted: %v %v, want service web with ClusterIP %s", got, err, svc.Spec.ClusterIP)
+	}
 }
