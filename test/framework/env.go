@@ -22,6 +22,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/wasp-proxy/wasp/internal/netlab"
@@ -139,6 +140,19 @@ func SetupWith(ctx context.Context, t testing.TB, o Options) *Env {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// BulkClient returns an administrator client without client-go's default
+// client-side rate limit (5 requests a second, bursts of 10), for tests
+// that write hundreds of objects.
+func (e *Env) BulkClient() (kubernetes.Interface, error) {
+	cfg := rest.CopyConfig(e.CP.RESTConfig)
+	cfg.QPS, cfg.Burst = 2000, 4000
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bulk client: %w", err)
+	}
+	return c, nil
 }
 
 // BuildWasp compiles cmd/wasp of this checkout into dir.

@@ -54,6 +54,16 @@ type ServiceSpec struct {
 // ClusterIPs and allocated node ports.
 func (e *Env) CreateService(ctx context.Context, t testing.TB, s ServiceSpec) *v1.Service {
 	t.Helper()
+	created, err := e.Client.CoreV1().Services(s.Namespace).Create(ctx, s.Object(), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create service %s/%s: %v", s.Namespace, s.Name, err)
+	}
+	return created
+}
+
+// Object returns the Service s describes, defaults filled in, for tests
+// that create Services in bulk with a client of their own.
+func (s ServiceSpec) Object() *v1.Service {
 	if s.Type == "" {
 		s.Type = v1.ServiceTypeClusterIP
 	}
@@ -94,11 +104,7 @@ func (e *Env) CreateService(ctx context.Context, t testing.TB, s ServiceSpec) *v
 	if s.Distribution != "" {
 		svc.Spec.TrafficDistribution = ptr.To(s.Distribution)
 	}
-	created, err := e.Client.CoreV1().Services(s.Namespace).Create(ctx, svc, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create service %s/%s: %v", s.Namespace, s.Name, err)
-	}
-	return created
+	return svc
 }
 
 // SetLoadBalancerIP publishes a VIP-mode load-balancer ingress IP.
@@ -143,6 +149,28 @@ func Ready(pods ...string) []Endpoint {
 // with eps.
 func (e *Env) SetEndpoints(ctx context.Context, t testing.TB, svc *v1.Service, family v1.IPFamily, eps ...Endpoint) {
 	t.Helper()
+	slice, err := e.Slice(svc, family, eps...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := e.Client.DiscoveryV1().EndpointSlices(svc.Namespace)
+	cur, err := api.Get(ctx, slice.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = api.Create(ctx, slice, metav1.CreateOptions{})
+	case err == nil:
+		slice.ResourceVersion = cur.ResourceVersion
+		_, err = api.Update(ctx, slice, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		t.Fatalf("endpointslice %s/%s: %v", svc.Namespace, slice.Name, err)
+	}
+}
+
+// Slice returns the EndpointSlice SetEndpoints writes for the Service's
+// family: named <service>-v4 or -v6, one port per Service port, to
+// EchoPort, and eps at their pods' addresses, nodes and zones.
+func (e *Env) Slice(svc *v1.Service, family v1.IPFamily, eps ...Endpoint) (*discoveryv1.EndpointSlice, error) {
 	at := discoveryv1.AddressTypeIPv4
 	if family == v1.IPv6Protocol {
 		at = discoveryv1.AddressTypeIPv6
@@ -166,7 +194,7 @@ func (e *Env) SetEndpoints(ctx context.Context, t testing.TB, svc *v1.Service, f
 	for _, ep := range eps {
 		pod := e.Cluster.Pod(ep.Pod)
 		if pod == nil {
-			t.Fatalf("no pod %q in the lab", ep.Pod)
+			return nil, fmt.Errorf("endpointslice of %s/%s: no pod %q in the lab", svc.Namespace, svc.Name, ep.Pod)
 		}
 		addr := pod.IPv4
 		if family == v1.IPv6Protocol {
@@ -198,18 +226,7 @@ func (e *Env) SetEndpoints(ctx context.Context, t testing.TB, svc *v1.Service, f
 		}
 		slice.Endpoints = append(slice.Endpoints, d)
 	}
-	api := e.Client.DiscoveryV1().EndpointSlices(svc.Namespace)
-	cur, err := api.Get(ctx, slice.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = api.Create(ctx, slice, metav1.CreateOptions{})
-	case err == nil:
-		slice.ResourceVersion = cur.ResourceVersion
-		_, err = api.Update(ctx, slice, metav1.UpdateOptions{})
-	}
-	if err != nil {
-		t.Fatalf("endpointslice %s/%s: %v", svc.Namespace, slice.Name, err)
-	}
+	return slice, nil
 }
 
 // ClusterIP returns the Service's ClusterIP of family.
