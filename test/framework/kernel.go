@@ -77,18 +77,28 @@ func (r *Ruleset) Diff(other *Ruleset, max int) string {
 	return fmt.Sprintf("only in the first: %s\n  only in the second: %s", cut(a), cut(b))
 }
 
-// ReadRuleset reads the WaspTable tables of ns.
-func ReadRuleset(ns *netlab.NS) (*Ruleset, error) {
+// NFTables returns a netlink nftables connection into ns, and a function
+// that closes it.
+func NFTables(ns *netlab.NS) (*nftables.Conn, func(), error) {
 	h, err := netns.GetFromPath(ns.Path())
 	if err != nil {
-		return nil, fmt.Errorf("ruleset of %s: %w", ns.Name(), err)
+		return nil, nil, fmt.Errorf("nftables in %s: %w", ns.Name(), err)
 	}
-	defer h.Close()
-	c, err := nftables.New(nftables.WithNetNSFd(int(h)))
+	c, err := nftables.New(nftables.WithNetNSFd(int(h)), nftables.AsLasting())
 	if err != nil {
-		return nil, fmt.Errorf("ruleset of %s: %w", ns.Name(), err)
+		h.Close()
+		return nil, nil, fmt.Errorf("nftables in %s: %w", ns.Name(), err)
 	}
-	defer c.CloseLasting()
+	return c, func() { c.CloseLasting(); h.Close() }, nil
+}
+
+// ReadRuleset reads the WaspTable tables of ns.
+func ReadRuleset(ns *netlab.NS) (*Ruleset, error) {
+	c, done, err := NFTables(ns)
+	if err != nil {
+		return nil, fmt.Errorf("ruleset: %w", err)
+	}
+	defer done()
 	tables, err := c.ListTables()
 	if err != nil {
 		return nil, fmt.Errorf("ruleset of %s: list tables: %w", ns.Name(), err)
