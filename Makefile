@@ -8,6 +8,7 @@
 #   make rust      the Rust SDK's tests and example (rustc, libstd-rust-dev-wasm32)
 #   make bench     the hot-path benchmarks (see docs/performance.md)
 #   make e2e       end-to-end tests against a real etcd + kube-apiserver (see test/README.md)
+#   make soak      the fault and churn end-to-end tests for longer (SOAK=10m; see docs/reliability.md)
 #   make bench-e2e wasp vs upstream kube-proxy end to end, 100 to 10k Services (see docs/performance.md)
 
 GO          ?= go
@@ -49,6 +50,14 @@ rust: ## The Rust SDK's tests (golden vectors, natively and in Wasm) and its exa
 
 e2e: ## The end-to-end tests against a real etcd and kube-apiserver (builds them once: minutes).
 	cd test && WASP_E2E=1 $(GO) test -count=1 -timeout 40m ./controlplane/ ./e2e/
+
+# SOAK: how long make soak runs the fault and churn tests (a Go duration,
+# at most 2h): half of it churn, the rest repeated kills of wasp.
+SOAK ?= 10m
+
+.PHONY: soak
+soak: ## The fault and churn end-to-end tests for longer: SOAK=10m (at most 2h; root).
+	cd test && WASP_E2E=1 WASP_SOAK=$(SOAK) $(GO) test -count=1 -v -timeout 4h -run 'TestFaults|TestChurn' ./e2e/
 
 .PHONY: bench-e2e
 bench-e2e: ## wasp vs upstream kube-proxy, end to end (root; about an hour; WASP_PERF_SIZES=1000 for less).

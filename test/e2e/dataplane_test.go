@@ -479,8 +479,9 @@ func expectOnlyEventually(t *testing.T, s *suite, ip netip.Addr, want ...string)
 	expectOnly(t, s.client(), "tcp", ip, 80, 60, want...)
 }
 
-// traffic opens connection after connection from the client to a
-// ClusterIP's port 80, one request each, until stopped.
+// traffic opens connection after connection (a new socket each, also for
+// UDP) from the client to one Service address, one request each, until
+// stopped.
 type traffic struct {
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -490,7 +491,14 @@ type traffic struct {
 	errs   []error
 }
 
-func startTraffic(s *suite, ip netip.Addr) *traffic {
+// startTraffic sends TCP requests to ip:80 back to back.
+func startTraffic(s *suite, ip netip.Addr) *traffic { return startTrafficTo(s, "tcp", ip, 80, 0) }
+
+// startTrafficTo sends requests over network to ip:port, pausing pause
+// after each. A test that runs traffic for long pauses: every closed TCP
+// connection keeps its client port in TIME_WAIT for a minute, and back to
+// back connections to one address use up the ports in less.
+func startTrafficTo(s *suite, network string, ip netip.Addr, port uint16, pause time.Duration) *traffic {
 	tr := &traffic{done: make(chan struct{}), counts: map[string]int{}}
 	tr.wg.Add(1)
 	go func() {
@@ -501,7 +509,7 @@ func startTraffic(s *suite, ip netip.Addr) *traffic {
 				return
 			default:
 			}
-			id, err := fw.Ask(s.client(), "tcp", ip, 80, ask)
+			id, err := fw.Ask(s.client(), network, ip, port, ask)
 			tr.mu.Lock()
 			if err != nil {
 				tr.errs = append(tr.errs, err)
@@ -509,6 +517,9 @@ func startTraffic(s *suite, ip netip.Addr) *traffic {
 				tr.counts[id]++
 			}
 			tr.mu.Unlock()
+			if pause > 0 {
+				time.Sleep(pause)
+			}
 		}
 	}()
 	return tr

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/nftables"
-	"github.com/vishvananda/netns"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/wasp-proxy/wasp/internal/netlab"
@@ -75,34 +73,7 @@ func testRestart(t *testing.T, s *suite) {
 
 	// A long-lived connection and a stream of new ones keep going while
 	// wasp stops and starts again.
-	conn, first := establish(t, s, ip)
-	var (
-		mu       sync.Mutex
-		failures []error
-		requests int
-	)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // the established connection
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			ctx, cancel := context.WithTimeout(s.ctx, ask)
-			id, err := netlab.Request(ctx, conn)
-			cancel()
-			mu.Lock()
-			requests++
-			if err != nil || id != first {
-				failures = append(failures, fmt.Errorf("established connection: %q, %v (was %q)", id, err, first))
-			}
-			mu.Unlock()
-		}
-	}()
+	long := startLongLived(t, s, ip)
 	fresh := startTraffic(s, ip) // new connections
 	time.Sleep(300 * time.Millisecond)
 	w.Stop()
@@ -111,8 +82,7 @@ func testRestart(t *testing.T, s *suite) {
 	// The restarted wasp programs a change, so it did reconcile.
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "a-2", "b-1", "b-2")...)
 	expectOnlyEventually(t, s, ip, "a-1", "a-2", "b-1", "b-2")
-	close(stop)
-	wg.Wait()
+	requests, failures := long.stop()
 	counts, errs := fresh.stop()
 	requests += sum(counts) + len(errs)
 	for _, err := range errs {
@@ -158,15 +128,11 @@ func testCleanup(t *testing.T, s *suite) {
 // waspTables lists the nftables tables named wasp in the proxy node.
 func waspTables(t *testing.T, s *suite) []string {
 	t.Helper()
-	h, err := netns.GetFromPath(s.env.ProxyNS().Path())
+	c, done, err := fw.NFTables(s.env.ProxyNS())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
-	c, err := nftables.New(nftables.WithNetNSFd(int(h)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	defer done()
 	tables, err := c.ListTables()
 	if err != nil {
 		t.Fatal(err)
@@ -178,6 +144,86 @@ func waspTables(t *testing.T, s *suite) []string {
 		}
 	}
 	return out
+}
+
+// flow sends a request on one open connection every interval until
+// stopped, and counts the answers by identity and the errors.
+type flow struct {
+	conn net.Conn
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	mu       sync.Mutex
+	requests int
+	answers  map[string]int
+	errs     []error
+}
+
+func startFlow(s *suite, conn net.Conn, interval time.Duration) *flow {
+	fl := &flow{conn: conn, done: make(chan struct{}), answers: map[string]int{}}
+	fl.wg.Add(1)
+	go func() {
+		defer fl.wg.Done()
+		for {
+			select {
+			case <-fl.done:
+				return
+			case <-time.After(interval):
+			}
+			ctx, cancel := context.WithTimeout(s.ctx, ask)
+			id, err := netlab.Request(ctx, conn)
+			cancel()
+			fl.mu.Lock()
+			fl.requests++
+			if err != nil {
+				fl.errs = append(fl.errs, err)
+			} else {
+				fl.answers[id]++
+			}
+			fl.mu.Unlock()
+		}
+	}()
+	return fl
+}
+
+// stop ends the requests and returns how many were sent, the answers by
+// identity and the errors.
+func (fl *flow) stop() (int, map[string]int, []error) {
+	close(fl.done)
+	fl.wg.Wait()
+	return fl.requests, fl.answers, fl.errs
+}
+
+// longLived is one TCP connection from the client to a Service, with a
+// request every 20 ms until stopped. Every answer must come from the
+// endpoint that answered the first: the connection keeps its endpoint.
+type longLived struct {
+	*flow
+	first string
+}
+
+// startLongLived opens the connection to ip:80 (failing t if it cannot)
+// and starts its requests.
+func startLongLived(t *testing.T, s *suite, ip netip.Addr) *longLived {
+	t.Helper()
+	conn, first := establish(t, s, ip)
+	return &longLived{flow: startFlow(s, conn, 20*time.Millisecond), first: first}
+}
+
+// stop ends the requests and returns how many were sent and which failed
+// or were answered by another endpoint.
+func (l *longLived) stop() (int, []error) {
+	n, answers, errs := l.flow.stop()
+	var failures []error
+	for _, err := range errs {
+		failures = append(failures, fmt.Errorf("established connection: %w", err))
+	}
+	for id, k := range answers {
+		if id != l.first {
+			failures = append(failures, fmt.Errorf("established connection answered %d times by %q, first by %q", k, id, l.first))
+		}
+	}
+	return n, failures
 }
 
 // establish opens a TCP connection to ip:80 from the client, closed when
