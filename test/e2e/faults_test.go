@@ -342,7 +342,7 @@ func testKillDuringSync(t *testing.T, f *faults) {
 					t.Fatalf("%s: %v", phase, err)
 				}
 				return
-			case <-time.After(f.between(50*time.Millisecond, time.Second)):
+			case <-time.After(f.between(30*time.Millisecond, 400*time.Millisecond)):
 			}
 			w.Kill()
 			expectNoPanic(t, w)
