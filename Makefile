@@ -2,7 +2,8 @@
 #
 #   make demo      wasp programming nftables on a throwaway two-node lab (Linux, root or sudo)
 #   make explain   run wasp's module chain on the bundled sample cluster
-#   make test      everything CI runs: checks, module drift, unit, kernel and end-to-end tests
+#   make test      everything CI runs: checks, module drift, unit, kernel, fuzz and end-to-end tests
+#   make fuzz      every fuzz target for FUZZTIME each (default 10s)
 #   make check     gofmt, go vet, staticcheck, cross-builds, go mod tidy
 #   make modules   rebuild the embedded default modules from their sources
 #   make rust      the Rust SDK's tests and example (rustc, libstd-rust-dev-wasm32)
@@ -16,6 +17,9 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PLATFORMS   := linux/amd64 linux/arm64 windows/amd64
 MODULES     := topology trafficpolicy selection
 BENCHTIME   ?= 10x
+# FUZZTIME: how long make fuzz runs each fuzz target; 12 targets at 10s
+# take about 3 minutes on 2 cores.
+FUZZTIME    ?= 10s
 # BUILD_TAGS: grpcnotrace keeps gRPC (a dependency of the Sigstore
 # verification libraries) from importing golang.org/x/net/trace, whose
 # html/template calls reflect's MethodByName: that alone makes the linker
@@ -24,7 +28,7 @@ BENCHTIME   ?= 10x
 # TestBinaryDeadCodeElimination guards it.
 BUILD_TAGS  := grpcnotrace
 
-.PHONY: all demo explain build test unit rust e2e check fmt vet lint cross tidy modules modules-check bench clean
+.PHONY: all demo explain build test unit fuzz rust e2e check fmt vet lint cross tidy modules modules-check bench clean
 
 all: check unit
 
@@ -39,11 +43,18 @@ explain: ## Run the module chain on the bundled sample cluster.
 build:
 	$(GO) build -tags $(BUILD_TAGS) -o bin/wasp ./cmd/wasp
 
-test: check modules-check rust unit e2e
+test: check modules-check rust unit fuzz e2e
 
 unit:
 	$(GO) test -count=1 ./...
 	cd test && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+fuzz: ## Every fuzz target of the repository (every func Fuzz in a _test.go) for FUZZTIME; a failing input is saved under its package's testdata/fuzz.
+	@set -e; git grep -n '^func Fuzz' -- '*_test.go' | while IFS=: read -r file _ decl; do \
+		name=$${decl#func }; name=$${name%%(*}; pkg=./$${file%/*}; \
+		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 rust: ## The Rust SDK's tests (golden vectors, natively and in Wasm) and its example, built with rustc: required here, skipped by unit without the toolchain.
 	WASP_RUST=1 $(GO) test -count=1 ./sdk/rust/ ./examples/rust-prefer-local/
