@@ -123,3 +123,56 @@ type Endpoint struct {
 	Port   uint16
 	Weight uint32 // >= 1
 }
+
+// DriftChecker is implemented by a Backend that can read back the
+// dataplane it programmed, to notice objects deleted or changed behind its
+// back (an operator's nft command, another agent flushing a chain).
+type DriftChecker interface {
+	// CheckDrift compares the dataplane with what the last successful
+	// Sync programmed. It returns nil when they match, or when there is
+	// nothing to compare (no Sync yet, or the next Sync rewrites the
+	// dataplane anyway). Otherwise it returns what differs, and the next
+	// Sync rewrites the whole dataplane. An error means the check could
+	// not be made; nothing changes, and a later check tries again.
+	CheckDrift(ctx context.Context) (*Drift, error)
+}
+
+// Drift kinds of object, for Drift.Objects.
+const (
+	DriftTable   = "table"
+	DriftChain   = "chain"
+	DriftRule    = "rule"
+	DriftSet     = "set"
+	DriftElement = "element"
+)
+
+// MaxDriftExamples bounds Drift.Examples.
+const MaxDriftExamples = 10
+
+// Drift is what a drift check found different from what the backend
+// programmed.
+type Drift struct {
+	// Objects counts the objects missing, changed or not programmed by
+	// the backend, by kind (DriftTable, DriftChain, ...).
+	Objects map[string]int
+	// Examples describe the first of them, at most MaxDriftExamples, such
+	// as `map service-ips: element 10.96.0.10 . tcp . 80 missing`.
+	Examples []string
+}
+
+// Add records n objects of kind, and example if there is room for it.
+func (d *Drift) Add(kind string, n int, example string) {
+	if n <= 0 {
+		return
+	}
+	if d.Objects == nil {
+		d.Objects = map[string]int{}
+	}
+	d.Objects[kind] += n
+	if len(d.Examples) < MaxDriftExamples {
+		d.Examples = append(d.Examples, example)
+	}
+}
+
+// Empty reports whether d records no object.
+func (d *Drift) Empty() bool { return d == nil || len(d.Objects) == 0 }

@@ -50,6 +50,11 @@ type Backend struct {
 	programmed *Ruleset // nil: not known, the next Sync rebuilds
 	closed     bool
 	stats      stats
+
+	// verified: the table held programmed at ruleset generation
+	// verifiedGen, and no commit happened since (CheckDrift).
+	verified    bool
+	verifiedGen uint32
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -58,6 +63,8 @@ var _ backends.Backend = (*Backend)(nil)
 type stats struct {
 	syncs, rebuilds, failures int
 	lastOps                   int // operations of the last transaction sent
+	driftChecks               int // CheckDrift calls that had a table to check
+	driftReadbacks            int // of them, those that read the table back
 }
 
 // New returns a Backend that programs the kernel over netlink. It touches
@@ -151,7 +158,7 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 	}
 	b.stats.lastOps = len(tx.ops)
 	if len(tx.ops) > 0 {
-		if err := b.k.apply(ctx, tx); err != nil {
+		if err := b.apply(ctx, tx); err != nil {
 			b.programmed = nil
 			b.stats.failures++
 			return fmt.Errorf("nftables: sync table %s %s (%d operations): %w", ipKeyword(b.cfg.family), b.cfg.table, len(tx.ops), err)
@@ -159,6 +166,26 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 	}
 	b.programmed = rs
 	log.V(4).Info("Synced nftables table", "services", len(s.Services), "operations", len(tx.ops))
+	return nil
+}
+
+// apply applies tx and keeps the table verified (see CheckDrift) if it
+// was, and tx was the only commit since: the ruleset generation moved by
+// one (or not at all, for a transaction that changed nothing). Two
+// generation round trips cost little beside a transaction.
+func (b *Backend) apply(ctx context.Context, tx *Transaction) error {
+	before, err := b.k.generation(ctx)
+	keep := err == nil && b.verified && before == b.verifiedGen
+	b.verified = false
+	if err := b.k.apply(ctx, tx); err != nil {
+		return err
+	}
+	if !keep {
+		return nil
+	}
+	if after, err := b.k.generation(ctx); err == nil && (after == before || after == before+1) {
+		b.verified, b.verifiedGen = true, after
+	}
 	return nil
 }
 
@@ -170,7 +197,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	if b.closed {
 		return ErrClosed
 	}
-	b.programmed = nil
+	b.programmed, b.verified = nil, false
 	tx := &Transaction{Family: b.cfg.family, Table: b.cfg.table, ops: []op{{kind: opDeleteTable}}}
 	if err := b.k.apply(ctx, tx); err != nil && !errors.Is(err, syscall.ENOENT) {
 		return fmt.Errorf("nftables: delete table %s %s: %w", ipKeyword(b.cfg.family), b.cfg.table, err)

@@ -166,7 +166,8 @@ func Diff(old, new *Ruleset) *Transaction {
 // whose definition is unchanged keep their clients. Every existing chain
 // is flushed and every wanted one rewritten; every other existing set is
 // deleted and added again with its elements; stale chains are deleted; a
-// base chain whose hook, type or priority changed is deleted and added.
+// base chain whose hook, type, priority or policy changed is deleted and
+// added.
 func rebuild(inv *inventory, rs *Ruleset) *Transaction {
 	tx := &Transaction{Family: rs.Family, Table: rs.Table}
 	tx.add(op{kind: opAddTable})
@@ -187,7 +188,7 @@ func rebuild(inv *inventory, rs *Ruleset) *Transaction {
 		switch {
 		case !ok:
 			tx.add(op{kind: opAddChain, chain: c})
-		case !baseEqual(base, c.Base):
+		case !baseEqual(base, c.Base) || inv.notAccept[c.Name]:
 			recreate = append(recreate, c)
 		}
 	}

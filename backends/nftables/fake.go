@@ -35,8 +35,9 @@ type Fake struct {
 	mu       sync.Mutex
 	tables   map[tableID]*fakeTable
 	failNext error
-	applied  int  // transactions applied
-	noCommit bool // skip the commit-time graph check (benchmarks)
+	applied  int    // transactions applied
+	gen      uint32 // ruleset generation: commits, tampering included
+	noCommit bool   // skip the commit-time graph check (benchmarks)
 }
 
 var _ kernel = (*Fake)(nil)
@@ -122,7 +123,7 @@ func (f *Fake) load(ctx context.Context, family backends.Family, table string) (
 	if !ok {
 		return &inventory{}, nil
 	}
-	inv := &inventory{exists: true, chains: map[string]*BaseChain{}, sets: map[string]*Set{}}
+	inv := &inventory{exists: true, chains: map[string]*BaseChain{}, notAccept: map[string]bool{}, sets: map[string]*Set{}}
 	for name, c := range t.chains {
 		var base *BaseChain
 		if c.base != nil {
@@ -179,6 +180,7 @@ func (f *Fake) apply(ctx context.Context, tx *Transaction) error {
 		}
 	}
 	f.applied++
+	f.gen++
 	return nil
 }
 

@@ -77,14 +77,14 @@ func (k *netlinkKernel) load(ctx context.Context, family backends.Family, table 
 	if err != nil {
 		return nil, err
 	}
-	t, err := c.ListTableOfFamily(table, tableFamily(family))
+	_, err = c.ListTableOfFamily(table, tableFamily(family))
 	if errors.Is(err, unix.ENOENT) {
 		return &inventory{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list table: %w", err)
 	}
-	inv := &inventory{exists: true, chains: map[string]*BaseChain{}, sets: map[string]*Set{}}
+	inv := &inventory{exists: true, chains: map[string]*BaseChain{}, notAccept: map[string]bool{}, sets: map[string]*Set{}}
 	chains, err := c.ListChainsOfTableFamily(tableFamily(family))
 	if err != nil {
 		return nil, fmt.Errorf("list chains: %w", err)
@@ -102,31 +102,30 @@ func (k *netlinkKernel) load(ctx context.Context, family backends.Family, table 
 			case nft.ChainTypeNAT:
 				base.Type = ChainNAT
 			}
+			if ch.Policy != nil && *ch.Policy != nft.ChainPolicyAccept {
+				inv.notAccept[ch.Name] = true
+			}
 		}
 		inv.chains[ch.Name] = base
 	}
-	sets, err := c.GetSets(t)
-	if err != nil {
+	if inv.sets, err = k.sets(ctx, family, table); err != nil {
 		return nil, fmt.Errorf("list sets: %w", err)
 	}
-	for _, s := range sets {
-		if s.Anonymous {
-			continue // bound to a rule, goes with it
-		}
-		spec := &Set{Name: s.Name, Map: s.IsMap && s.DataType.Name == nft.TypeVerdict.Name, Dynamic: s.Dynamic}
-		if s.HasTimeout {
-			spec.Timeout = uint32(s.Timeout / time.Second)
-		}
-		for _, name := range strings.Split(s.KeyType.Name, " . ") {
-			for _, kt := range []KeyType{KeyIPv4Addr, KeyIPv6Addr, KeyInetProto, KeyInetService, KeyBucket} {
-				if kt.String() == name {
-					spec.Key = append(spec.Key, kt)
-				}
+	return inv, nil
+}
+
+// keyTypesNamed returns the key types of a set's type name, such as
+// "ipv4_addr . inet_proto . inet_service".
+func keyTypesNamed(name string) []KeyType {
+	var out []KeyType
+	for _, part := range strings.Split(name, " . ") {
+		for _, kt := range []KeyType{KeyIPv4Addr, KeyIPv6Addr, KeyInetProto, KeyInetService, KeyBucket} {
+			if kt.String() == part {
+				out = append(out, kt)
 			}
 		}
-		inv.sets[s.Name] = spec
 	}
-	return inv, nil
+	return out
 }
 
 var hooks = map[Hook]nft.ChainHook{
@@ -402,6 +401,7 @@ func (cp *compiler) op(o *op) error {
 		if o.rule.Comment != "" {
 			r.UserData = userdata.AppendString(nil, userdata.TypeComment, o.rule.Comment)
 		}
+		r.UserData = appendRuleTag(r.UserData, ruleTag(o.rule))
 		c.AddRule(r)
 	case opAddSet:
 		s := cp.namedSet(o.set)
