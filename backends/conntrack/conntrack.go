@@ -225,3 +225,16 @@ func familyName(f backends.Family) (string, bool) {
 	}
 	return "", false
 }
+
+var _ backends.DriftChecker = (*Backend)(nil)
+
+// CheckDrift checks the wrapped backend's dataplane for drift when it can
+// (backends.DriftChecker), and reports none when it cannot. Conntrack
+// entries are not part of the check.
+func (b *Backend) CheckDrift(ctx context.Context) (*backends.Drift, error) {
+	dc, ok := b.inner.(backends.DriftChecker)
+	if !ok {
+		return nil, nil
+	}
+	return dc.CheckDrift(ctx)
+}

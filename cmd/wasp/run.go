@@ -155,7 +155,7 @@ func (f *runFlags) add(cmd *cobra.Command) {
 	fs.StringVar(&f.clusterCIDR, "cluster-cidr", "", "the pod ranges, comma-separated, for local-traffic detection (traffic from outside them to a ClusterIP is masqueraded)")
 	fs.StringSliceVar(&f.nodePortAddresses, "nodeport-addresses", []string{v1alpha1.NodePortAddressesPrimary}, `where NodePorts answer: "primary" (the Node object's primary IP of each family) or CIDRs, comma-separated (0.0.0.0/0 and ::/0: every local address)`)
 	fs.BoolVar(&f.masqueradeAll, "masquerade-all", false, "masquerade all traffic sent to ClusterIPs")
-	fs.DurationVar(&f.syncPeriod, "sync-period", v1alpha1.DefaultSyncPeriod, "how long after a failed sync it is retried; /healthz fails after twice this without a sync")
+	fs.DurationVar(&f.syncPeriod, "sync-period", v1alpha1.DefaultSyncPeriod, "how long after a failed sync it is retried, and how often the dataplane is checked for objects changed behind wasp's back; /healthz fails after twice this without a sync")
 	fs.DurationVar(&f.minSyncPeriod, "min-sync-period", v1alpha1.DefaultMinSyncPeriod, "the least time between two syncs after a burst of 2 (0: sync on every change)")
 	fs.DurationVar(&f.configSyncPeriod, "config-sync-period", v1alpha1.DefaultConfigSyncPeriod, "how often the informers resync from their cache")
 	fs.StringVar(&f.healthzBindAddress, "healthz-bind-address", v1alpha1.DefaultHealthzBindAddress, `IP:port of the /healthz and /livez server ("": none)`)
@@ -542,8 +542,11 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		},
 		MinSyncPeriod: minSync,
 		RetryPeriod:   c.syncPeriod,
-		AfterFullSync: func() { freeOSMemory(ctx) },
-		Metrics:       mx.Proxy(),
+		// Upstream resyncs every sync period and repairs drift with a
+		// full resync hourly; wasp checks for drift every sync period.
+		DriftCheckPeriod: c.syncPeriod,
+		AfterFullSync:    func() { freeOSMemory(ctx) },
+		Metrics:          mx.Proxy(),
 	}
 	// The health tracker always runs: the Services' health check node
 	// ports need it even when /healthz is not served.

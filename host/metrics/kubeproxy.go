@@ -125,6 +125,24 @@ func (h proxyHook) QueuedUpdate(f backends.Family) {
 	h.m.lastQueued.WithLabelValues(familyLabel(f)).SetToCurrentTime()
 }
 
+// DriftChecked records a drift check of a family's dataplane.
+func (h proxyHook) DriftChecked(r *proxy.DriftReport) {
+	m, family := h.m, familyLabel(r.Family)
+	m.driftCheckDuration.WithLabelValues(family).Observe(r.Duration.Seconds())
+	switch {
+	case r.Err != nil:
+		m.driftChecks.WithLabelValues(family, driftFailed).Inc()
+	case r.Drift.Empty():
+		m.driftChecks.WithLabelValues(family, driftClean).Inc()
+	default:
+		m.driftChecks.WithLabelValues(family, driftDrifted).Inc()
+		for object, n := range r.Drift.Objects {
+			m.driftRepairs.WithLabelValues(family, object).Inc()
+			m.driftObjects.WithLabelValues(family, object).Add(float64(n))
+		}
+	}
+}
+
 // Synced records a sync. One sync programs every family, so its duration
 // is observed under each family's label; a sync that failed before any
 // backend ran counts for every family New was given.

@@ -327,6 +327,34 @@ func TestProxyHook(t *testing.T) {
 	}
 }
 
+// TestDriftHook: drift checks are counted by result, and a drifted one by
+// the kinds and numbers of objects it found.
+func TestDriftHook(t *testing.T) {
+	m := New(backends.IPv4, backends.IPv6)
+	h, reg := m.Proxy(), m.Registry()
+	v4, v6 := "ip_family=IPv4", "ip_family=IPv6"
+	h.DriftChecked(&proxy.DriftReport{Family: backends.IPv4, Duration: time.Millisecond})
+	h.DriftChecked(&proxy.DriftReport{Family: backends.IPv4, Duration: 20 * time.Millisecond, Drift: &backends.Drift{
+		Objects: map[string]int{backends.DriftElement: 3, backends.DriftRule: 2}}})
+	h.DriftChecked(&proxy.DriftReport{Family: backends.IPv6, Err: errors.New("netlink: no")})
+	checkValues(t, reg, []want{
+		{"wasp_dataplane_drift_checks_total", []string{v4, "result=clean"}, 1},
+		{"wasp_dataplane_drift_checks_total", []string{v4, "result=drifted"}, 1},
+		{"wasp_dataplane_drift_checks_total", []string{v6, "result=failed"}, 1},
+		{"wasp_dataplane_drift_checks_total", []string{v6, "result=drifted"}, 0},
+		{"wasp_dataplane_drift_repairs_total", []string{v4, "object=element"}, 1},
+		{"wasp_dataplane_drift_repairs_total", []string{v4, "object=rule"}, 1},
+		{"wasp_dataplane_drift_repairs_total", []string{v4, "object=chain"}, 0},
+		{"wasp_dataplane_drifted_objects_total", []string{v4, "object=element"}, 3},
+		{"wasp_dataplane_drifted_objects_total", []string{v4, "object=rule"}, 2},
+		{"wasp_dataplane_drifted_objects_total", []string{v6, "object=element"}, 0},
+	})
+	checkObservations(t, reg, []want{
+		{"wasp_dataplane_drift_check_duration_seconds", []string{v4}, 2},
+		{"wasp_dataplane_drift_check_duration_seconds", []string{v6}, 1},
+	})
+}
+
 // TestPipelineHook drives the pipeline hook and reads the series back.
 func TestPipelineHook(t *testing.T) {
 	m := New()

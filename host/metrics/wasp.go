@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/backends"
 	"github.com/wasp-proxy/wasp/host/chain"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/runtime"
@@ -27,6 +28,7 @@ const (
 	labelType    = "type"
 	labelResult  = "result"
 	labelTrigger = "trigger"
+	labelObject  = "object"
 
 	// reasonOther is the reason of a failure that is no
 	// *runtime.CallError (the input could not be encoded, the sync was
@@ -56,7 +58,19 @@ type wasp struct {
 	servicePorts                                        *prometheus.GaugeVec
 	housekeepingFailures, conntrackFailures             *prometheus.CounterVec
 	moduleReloads                                       *prometheus.CounterVec
+	driftChecks, driftRepairs, driftObjects             *prometheus.CounterVec
+	driftCheckDuration                                  *prometheus.HistogramVec
 }
+
+// driftObjects are the kinds of object a drift check compares.
+var driftObjects = []string{backends.DriftTable, backends.DriftChain, backends.DriftRule, backends.DriftSet, backends.DriftElement}
+
+// Results of a drift check.
+const (
+	driftClean   = "clean"
+	driftDrifted = "drifted"
+	driftFailed  = "failed"
+)
 
 func newWasp(reg prometheus.Registerer) wasp {
 	f := factory{reg: reg, namespace: waspNamespace}
@@ -85,6 +99,14 @@ func newWasp(reg prometheus.Registerer) wasp {
 			"Backend syncs that programmed the dataplane but failed in the work after it, such as the conntrack cleanup", labelIPFamily),
 		conntrackFailures: f.counter("conntrack_reconciler_failures_total",
 			"Conntrack cleanups that failed", labelIPFamily),
+		driftChecks: f.counter("dataplane_drift_checks_total",
+			"Checks of the family's dataplane against what wasp programmed, by result (clean, drifted, failed)", labelIPFamily, labelResult),
+		driftRepairs: f.counter("dataplane_drift_repairs_total",
+			"Drift checks that found objects of the kind changed behind wasp's back, each followed by a full rewrite of the family's dataplane", labelIPFamily, labelObject),
+		driftObjects: f.counter("dataplane_drifted_objects_total",
+			"Objects drift checks found missing, changed or not programmed by wasp, by kind", labelIPFamily, labelObject),
+		driftCheckDuration: f.histogram("dataplane_drift_check_duration_seconds",
+			"Duration of the drift checks of the family's dataplane", prometheus.ExponentialBuckets(0.0001, 2, 18), labelIPFamily),
 	}
 	for _, t := range []bool{true, false} {
 		for _, ok := range []bool{true, false} {
@@ -105,6 +127,14 @@ func (w *wasp) initFamily(family string) {
 		c.WithLabelValues(family)
 	}
 	w.servicePorts.WithLabelValues(family)
+	for _, r := range []string{driftClean, driftDrifted, driftFailed} {
+		w.driftChecks.WithLabelValues(family, r)
+	}
+	for _, o := range driftObjects {
+		w.driftRepairs.WithLabelValues(family, o)
+		w.driftObjects.WithLabelValues(family, o)
+	}
+	w.driftCheckDuration.WithLabelValues(family)
 }
 
 func syncType(full bool) string {

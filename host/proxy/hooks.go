@@ -68,6 +68,9 @@ type Metrics interface {
 	// Synced is called after every sync, failed ones included, on the
 	// sync goroutine. r is valid during the call only.
 	Synced(r *SyncReport)
+	// DriftChecked is called after every drift check of a family's
+	// backend (Opts.DriftCheckPeriod). r is valid during the call only.
+	DriftChecked(r *DriftReport)
 }
 
 // SyncReport is what one sync did, for Metrics.

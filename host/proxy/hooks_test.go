@@ -108,6 +108,7 @@ type fakeMetrics struct {
 	serviceEvents, sliceEvents    int
 	pendingServices, pendingSlice int
 	reports                       []SyncReport
+	drifts                        []DriftReport
 }
 
 var _ Metrics = (*fakeMetrics)(nil)
@@ -136,6 +137,19 @@ func (m *fakeMetrics) Synced(r *SyncReport) {
 	c := *r
 	c.Families = slices.Clone(r.Families)
 	m.reports = append(m.reports, c)
+}
+
+func (m *fakeMetrics) DriftChecked(r *DriftReport) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.drifts = append(m.drifts, *r)
+}
+
+// driftReports returns the DriftReports so far.
+func (m *fakeMetrics) driftReports() []DriftReport {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.drifts)
 }
 
 // lastReport returns the last SyncReport and how many there were.

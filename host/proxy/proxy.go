@@ -71,6 +71,11 @@ type Opts struct {
 	// twice the previous wait, up to RetryPeriod. Optional; default
 	// DefaultRetryPeriod.
 	RetryPeriod time.Duration
+	// DriftCheckPeriod is how often the backends that implement
+	// backends.DriftChecker are checked for objects changed behind their
+	// back; a drifted one is rewritten in full by the sync that follows.
+	// Optional; default DefaultDriftCheckPeriod.
+	DriftCheckPeriod time.Duration
 	// Health is told about queued and synced updates and the Node.
 	// Optional.
 	Health Health
@@ -212,6 +217,9 @@ func newProxy(opts Opts, c clock.Clock) (*Proxy, error) {
 	if opts.RetryPeriod < 0 {
 		errs = append(errs, fmt.Errorf("retryPeriod: %v is negative", opts.RetryPeriod))
 	}
+	if opts.DriftCheckPeriod < 0 {
+		errs = append(errs, fmt.Errorf("driftCheckPeriod: %v is negative", opts.DriftCheckPeriod))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
@@ -220,6 +228,9 @@ func newProxy(opts Opts, c clock.Clock) (*Proxy, error) {
 	}
 	if opts.RetryPeriod == 0 {
 		opts.RetryPeriod = DefaultRetryPeriod
+	}
+	if opts.DriftCheckPeriod == 0 {
+		opts.DriftCheckPeriod = DefaultDriftCheckPeriod
 	}
 	p := &Proxy{opts: opts, clock: c}
 	p.tracker.metrics, p.tracker.start = opts.Metrics, c.Now()
@@ -289,8 +300,8 @@ func indexSliceByService(obj any) ([]string, error) {
 
 // Run watches the cluster and syncs the backends until ctx is done. It
 // asks discovery whether ServiceCIDRs are served, starts the informers,
-// waits for their caches, then syncs once and again on every change. Call
-// it once.
+// waits for their caches, then syncs once and again on every change, and
+// checks the backends for drift every DriftCheckPeriod. Call it once.
 func (p *Proxy) Run(ctx context.Context) {
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("node", p.opts.NodeName))
 	shutdown, ok := p.start(ctx)
@@ -298,6 +309,12 @@ func (p *Proxy) Run(ctx context.Context) {
 		return
 	}
 	defer shutdown()
+	drift := make(chan struct{})
+	go func() {
+		defer close(drift)
+		p.driftLoop(ctx)
+	}()
+	defer func() { <-drift }()
 	p.runner.loop(ctx)
 }
 
