@@ -106,20 +106,34 @@ func BenchmarkKernelFullSync(b *testing.B) {
 	}
 }
 
-func BenchmarkKernelOneServiceChange(b *testing.B) {
+// largeBackend returns a Backend that programmed the 10k service ports
+// of the kernel benchmarks into a fresh namespace, with the wall and CPU
+// time (user and system) of that first full sync; it closes when b ends.
+func largeBackend(b *testing.B) (be *Backend, s *backends.State, full, fullCPU time.Duration) {
+	b.Helper()
 	ns := kernelBenchNS(b)
-	s := largeState(benchServices, benchEndpoints)
+	s = largeState(benchServices, benchEndpoints)
 	be, err := New(Opts{Family: s.Family, NetNS: ns})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer be.Close()
-	ctx := context.Background()
-	start := time.Now()
-	if err := be.Sync(ctx, s); err != nil {
+	b.Cleanup(func() { be.Close() })
+	start, c0 := time.Now(), cpuTime()
+	if err := be.Sync(context.Background(), s); err != nil {
 		b.Fatal(err)
 	}
-	full := time.Since(start)
+	return be, s, time.Since(start), cpuTime() - c0
+}
+
+// cpuTime returns the process's user and system CPU time together.
+func cpuTime() time.Duration {
+	u, s := cpuTimes()
+	return u + s
+}
+
+func BenchmarkKernelOneServiceChange(b *testing.B) {
+	be, s, full, _ := largeBackend(b)
+	ctx := context.Background()
 	states := []*backends.State{changedCopy(s, benchServices/2), s}
 	n := 0
 	_, s0 := cpuTimes()
@@ -205,4 +219,73 @@ func BenchmarkKernelFullSyncMemory(b *testing.B) {
 	b.ReportMetric(retained/n, "retained-MiB")
 	b.ReportMetric(peak/n, "peak-MiB")
 	b.ReportMetric(alloc/n, "alloc-MiB")
+}
+
+// BenchmarkKernelDriftCheck measures CheckDrift at 10k service ports × 10
+// endpoints, against a one-service-port change and the first full sync
+// of the same table, both measured in the same run:
+//
+//   - "readback": the table read back and compared in full, as after a
+//     commit by anyone (the generation moved); "readback-vs-full" and
+//     "readback-vs-change" are its cost against the full sync and the
+//     change; "readback-MiB" what it allocates.
+//   - "unchanged": no commit since the last check, one generation round
+//     trip; "unchanged-vs-change" against the change.
+//
+// "-cpu" ratios compare the process's CPU time (user and system, which
+// includes the kernel's work for the netlink calls) rather than wall time,
+// for a loaded machine.
+//
+//	go test -run '^$' -bench KernelDriftCheck -benchtime 5x ./backends/nftables/
+func BenchmarkKernelDriftCheck(b *testing.B) {
+	be, s, full, fullCPU := largeBackend(b)
+	ctx := context.Background()
+	changed := changedCopy(s, benchServices/2)
+	const changes = 10
+	start := time.Now()
+	for i := range changes {
+		if err := be.Sync(ctx, []*backends.State{changed, s}[i%2]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	change := time.Since(start) / changes
+
+	check := func() {
+		if d, err := be.CheckDrift(ctx); err != nil || d != nil {
+			b.Fatalf("drift check: %+v, %v", d, err)
+		}
+	}
+	var readback, readbackCPU, unchanged time.Duration
+	var alloc uint64
+	for b.Loop() {
+		be.verified = false // as after another process's commit
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		t0, c0 := time.Now(), cpuTime()
+		check()
+		readback += time.Since(t0)
+		readbackCPU += cpuTime() - c0
+		runtime.ReadMemStats(&m1)
+		alloc += m1.TotalAlloc - m0.TotalAlloc
+		t0 = time.Now()
+		check()
+		unchanged += time.Since(t0)
+	}
+	if be.stats.driftReadbacks != b.N+1 && be.stats.driftReadbacks != b.N {
+		b.Fatalf("%d read-backs in %d iterations", be.stats.driftReadbacks, b.N)
+	}
+	n := time.Duration(b.N)
+	b.ReportMetric(float64((readback/n).Microseconds())/1000, "readback-ms")
+	b.ReportMetric(float64(readback/n)/float64(full), "readback-vs-full")
+	b.ReportMetric(float64(readbackCPU/n)/float64(fullCPU), "readback-vs-full-cpu")
+	b.ReportMetric(float64((readbackCPU/n).Microseconds())/1000, "readback-cpu-ms")
+	b.ReportMetric(float64(readback/n)/float64(change), "readback-vs-change")
+	b.ReportMetric(float64(alloc)/float64(b.N)/(1<<20), "readback-MiB")
+	b.ReportMetric(float64((unchanged/n).Microseconds())/1000, "unchanged-ms")
+	b.ReportMetric(float64(unchanged/n)/float64(change), "unchanged-vs-change")
+	b.ReportMetric(float64(full.Milliseconds()), "full-ms")
+	b.ReportMetric(float64(change.Microseconds())/1000, "change-ms")
+	if err := be.Cleanup(ctx); err != nil {
+		b.Fatal(err)
+	}
 }
