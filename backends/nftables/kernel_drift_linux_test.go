@@ -173,3 +173,20 @@ func TestKernelDrift(t *testing.T) {
 		})
 	}
 }
+
+// TestKernelNoDrift: the golden rulesets of both families, which use every
+// kind of object, read back from a real kernel as they were programmed.
+func TestKernelNoDrift(t *testing.T) {
+	c := kernelCluster(t)
+	ctx := context.Background()
+	for _, s := range []*backends.State{goldenState4(), goldenState6()} {
+		b := nodeBackend(t, c.Nodes[0], s.Family)
+		syncOK(t, b, s)
+		if d, err := b.CheckDrift(ctx); err != nil || d != nil {
+			t.Fatalf("%s: drift %+v, %v; want none", s.Family.String(), d, err)
+		}
+		if b.stats.driftReadbacks != 1 {
+			t.Errorf("%s: %d read-backs, want 1", s.Family.String(), b.stats.driftReadbacks)
+		}
+	}
+}
