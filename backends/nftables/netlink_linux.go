@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"strings"
 	"time"
 
 	nft "github.com/google/nftables"
@@ -112,20 +111,6 @@ func (k *netlinkKernel) load(ctx context.Context, family backends.Family, table 
 		return nil, fmt.Errorf("list sets: %w", err)
 	}
 	return inv, nil
-}
-
-// keyTypesNamed returns the key types of a set's type name, such as
-// "ipv4_addr . inet_proto . inet_service".
-func keyTypesNamed(name string) []KeyType {
-	var out []KeyType
-	for _, part := range strings.Split(name, " . ") {
-		for _, kt := range []KeyType{KeyIPv4Addr, KeyIPv6Addr, KeyInetProto, KeyInetService, KeyBucket} {
-			if kt.String() == part {
-				out = append(out, kt)
-			}
-		}
-	}
-	return out
 }
 
 var hooks = map[Hook]nft.ChainHook{
