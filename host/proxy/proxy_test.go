@@ -292,9 +292,9 @@ func TestNewRejectsBadOpts(t *testing.T) {
 			opts: Opts{
 				NodeName: testNode, Client: fake.NewClientset(), Pipeline: pipeline.New(pipeline.Options{}),
 				Backends:      map[backends.Family]backends.Backend{backends.IPv4: nil, 5: backendfake.New()},
-				MinSyncPeriod: -1,
+				MinSyncPeriod: -1, DriftCheckPeriod: -time.Second,
 			},
-			want: []string{"backends[4]: nil backend", "backends[5]: unknown IP family", "minSyncPeriod"},
+			want: []string{"backends[4]: nil backend", "backends[5]: unknown IP family", "minSyncPeriod", "driftCheckPeriod: -1s is negative"},
 		},
 	}
 	for _, tt := range tests {
