@@ -81,6 +81,31 @@ func BenchmarkFullRecompute(b *testing.B) {
 	})
 }
 
+// BenchmarkBoundedCode: what bounding code without loops costs a full
+// recompute through the three default stages, yields included: the
+// default instrumentation against checks before backward branches only,
+// in alternating rounds of one run. x-loops-only is fastest against
+// fastest.
+func BenchmarkBoundedCode(b *testing.B) {
+	node, sps := referencetest.Batch(1, benchPorts, benchEndpoints)
+	ps := ports(sps)
+	bounded, _ := defaults(b, runtime.Config{}, runtime.Limits{})
+	loops, _ := defaults(b, runtime.Config{Interrupt: runtime.InterruptLoopsOnly}, runtime.Limits{})
+	bounded.Run(context.Background(), node, ps) // warm up
+	loops.Run(context.Background(), node, ps)
+	fastest, fastestLoops := time.Duration(1<<62), time.Duration(1<<62)
+	for b.Loop() {
+		start := time.Now()
+		bounded.Run(context.Background(), node, ps)
+		mid := time.Now()
+		loops.Run(context.Background(), node, ps)
+		fastest, fastestLoops = min(fastest, mid.Sub(start)), min(fastestLoops, time.Since(mid))
+	}
+	b.ReportMetric(float64(fastest.Nanoseconds())/float64(fastestLoops.Nanoseconds()), "x-loops-only")
+	b.ReportMetric(float64(fastest.Microseconds())/1e3, "fastest-ms")
+	b.ReportMetric(float64(fastestLoops.Microseconds())/1e3, "fastest-loops-only-ms")
+}
+
 // BenchmarkSingleService: an incremental change, one service port.
 func BenchmarkSingleService(b *testing.B) {
 	b.Run("instrumented", func(b *testing.B) { benchRecompute(b, runtime.Config{}, 1) })

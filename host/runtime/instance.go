@@ -143,7 +143,7 @@ func (in *instance) invoke(ctx context.Context, fn api.Function, input []byte) (
 	defer cancel()
 	in.refused = in.pool.refused.Load()
 	if in.budget != nil {
-		st := &callState{budget: in.budget}
+		st := &callState{budget: in.budget, grant: yieldInterval, last: time.Now()}
 		cctx = context.WithValue(cctx, callStateKey{}, st)
 		stop := context.AfterFunc(cctx, st.interrupt)
 		defer func() {
@@ -210,13 +210,26 @@ func (in *instance) isInterrupted(err error) bool {
 
 // yieldInterval is how much work, in the cost units of package wasmbin
 // (about one Wasm instruction each), an instrumented guest does between
-// two calls to yield: each check charges the work since the previous one.
-// A yield costs about as much as a few hundred instructions, so this keeps
-// its cost within noise (BenchmarkGuestLoop in package wasmbin), while a
-// guest that never returns still comes back into Go every millisecond or
-// so, so a garbage collection waiting to stop the world is never held up
-// for long.
-const yieldInterval = 1 << 20
+// two calls to yield at first: each check charges the work since the
+// previous one. A yield costs about as much as a few hundred instructions,
+// so this keeps its cost within noise (BenchmarkGuestLoop in package
+// wasmbin), while a guest that never returns still comes back into Go
+// every millisecond or so, so a garbage collection waiting to stop the
+// world is never held up for long.
+//
+// Checks after a call whose callee is not known charge the most any
+// function could have done, which is far more than most do: a guest making
+// many such calls would yield far more often than every millisecond. So a
+// call adapts its grant to the time between its yields: it doubles the
+// grant, up to maxGrant, while yields come less than yieldPeriod/4 apart,
+// and halves it, down to yieldInterval, when they come more than
+// yieldPeriod apart. The deadline does not depend on the grant: the
+// watchdog empties the budget when it fires.
+const (
+	yieldInterval = 1 << 20
+	maxGrant      = 1 << 26
+	yieldPeriod   = time.Millisecond
+)
 
 // errInterrupted is the panic of yield in a call whose context is done.
 // wazero recovers it and returns it wrapped from the call.
@@ -227,9 +240,26 @@ type callState struct {
 	mu     sync.Mutex // serialises writes to budget
 	budget api.MutableGlobal
 	ended  bool // the call returned, and the instance may serve another
+	// grant is what the next yield grants; last is when the previous one
+	// happened (or the call started).
+	grant int64
+	last  time.Time
 }
 
 type callStateKey struct{}
+
+// nextGrant adapts the grant to the time since the previous yield (see
+// yieldInterval) and returns it.
+func (st *callState) nextGrant(now time.Time) int64 {
+	switch since := now.Sub(st.last); {
+	case since < yieldPeriod/4:
+		st.grant = min(st.grant*2, maxGrant)
+	case since > yieldPeriod:
+		st.grant = max(st.grant/2, yieldInterval)
+	}
+	st.last = now
+	return st.grant
+}
 
 // interrupt runs when the call's context is done: it empties the budget,
 // so that the guest yields at its next loop iteration instead of finishing
@@ -265,7 +295,7 @@ func yield(ctx context.Context, mod api.Module, _ []uint64) {
 	}
 	if st, ok := ctx.Value(callStateKey{}).(*callState); ok {
 		st.mu.Lock()
-		st.budget.Set(yieldInterval)
+		st.budget.Set(uint64(st.nextGrant(time.Now())))
 		st.mu.Unlock()
 		return
 	}

@@ -172,8 +172,13 @@ func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Lim
 		return nil, fmt.Errorf("module %q: %w: %w", name, ErrInvalidModule, err)
 	}
 	bin := wasm
-	if r.cfg.Interrupt == InterruptInstrument {
+	switch r.cfg.Interrupt {
+	case InterruptInstrument:
 		bin = instrumented
+	case InterruptLoopsOnly:
+		if bin, err = wasmbin.InstrumentLoopsOnly(wasm); err != nil {
+			return nil, fmt.Errorf("module %q: %w: %w", name, ErrInvalidModule, err)
+		}
 	}
 	pages := uint32(min(limits.MemoryBytes/pageSize, 65536))
 	engine, compiled, err := r.compile(ctx, pages, digest, bin)

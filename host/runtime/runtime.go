@@ -17,14 +17,20 @@ import (
 type Interrupt int
 
 const (
-	// InterruptInstrument (the default) rewrites the module so that every
-	// loop counts down a budget and, when it runs out, calls back into the
-	// host, which stops the call if its deadline has passed.
+	// InterruptInstrument (the default) rewrites the module so that its
+	// code, loops and call trees alike, counts down a budget and, when it
+	// runs out, calls back into the host, which stops the call if its
+	// deadline has passed (package wasmbin).
 	InterruptInstrument Interrupt = iota
 	// InterruptCloseOnContextDone uses wazero's WithCloseOnContextDone,
 	// which checks in Go at every loop back-edge. Slower; kept for
 	// comparison and as a fallback for modules the instrumenter refuses.
 	InterruptCloseOnContextDone
+	// InterruptLoopsOnly instruments modules with checks before backward
+	// branches only, as wasp did before it bounded code without loops:
+	// a baseline for benchmarks. Never use it to run modules you do not
+	// trust: a call tree without loops runs past any deadline.
+	InterruptLoopsOnly
 )
 
 // Config configures a Runtime.

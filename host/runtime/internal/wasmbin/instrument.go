@@ -118,6 +118,14 @@ func Instrument(wasm []byte) (out []byte, err error) {
 	return instrument(wasm, options{})
 }
 
+// InstrumentLoopsOnly is Instrument with checks before backward branches
+// only, as wasp instrumented modules before it bounded loop-free code: a
+// baseline for the benchmarks that measure what bounding all code costs.
+// Code without loops runs unbounded under it.
+func InstrumentLoopsOnly(wasm []byte) ([]byte, error) {
+	return instrument(wasm, options{loopsOnly: true})
+}
+
 // options are variants of Instrument for measurements.
 type options struct {
 	// loopsOnly inserts checks before backward branches only, as wasp
