@@ -144,6 +144,36 @@ func TestHostileMemoryHostCost(t *testing.T) {
 	}
 }
 
+// TestHostileStackOverflow: an endless recursion ends in a trap when
+// wazero's stack reaches its ceiling (50 MB, grown by doubling); the
+// process's peak grows by that transient stack, not more.
+func TestHostileStackOverflow(t *testing.T) {
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Skipf("cannot reset the peak resident memory (Linux /proc/self/clear_refs): %v", err)
+	}
+	r := newRuntime(t, runtime.Config{})
+	stage := append(hostile.DeepCall(), 0x42, 0x00, 0x0b)
+	m, err := r.Load(context.Background(), "deep", hostile.Guest{Stage: stage}.Module(), runtime.Limits{Instances: 1, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	heapInUse() // collect what earlier tests left
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Fatal(err)
+	}
+	base := procStatus(t, "VmRSS")
+	_, err = call(t, m, batch(abi.StageTopology, ""))
+	var ce *runtime.CallError
+	if !errors.As(err, &ce) || ce.Reason != runtime.ReasonTrap || !strings.Contains(err.Error(), "stack overflow") {
+		t.Fatalf("call: %v, want a stack overflow trap", err)
+	}
+	peak := procStatus(t, "VmHWM")
+	t.Logf("resident memory: %d MiB before, peak %d MiB (+%d MiB)", base>>20, peak>>20, (peak-base)>>20)
+	if peak-base > 256<<20 {
+		t.Errorf("a stack overflow grew the peak resident memory by %d MiB, want under 256 MiB", (peak-base)>>20)
+	}
+}
+
 // procStatus reads a memory field of /proc/self/status, in bytes.
 func procStatus(t *testing.T, field string) uint64 {
 	t.Helper()

@@ -133,6 +133,7 @@ func TestContainment(t *testing.T) {
 				reason    runtime.Reason
 			}{
 				{"spin", fast, runtime.ReasonTimeout},
+				{"tree", fast, runtime.ReasonTimeout},
 				{"bomb", roomy, runtime.ReasonMemory},
 				{"trap", fast, runtime.ReasonTrap},
 				{"exit", fast, runtime.ReasonExit},

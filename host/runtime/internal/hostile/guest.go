@@ -21,7 +21,14 @@ const (
 	// GuestTree is (i32 n) -> i32: a call tree of 2^n calls with no loop,
 	// f(0) = 1, f(n) = f(n-1) + f(n-1).
 	GuestTree = 5
+	// GuestDeep is (i32 n) -> i32: f(n) = f(n+1) + 1, a recursion
+	// without end that only a stack overflow stops.
+	GuestDeep = 6
 )
+
+// DeepCall is code that calls the GuestDeep function and drops its
+// result.
+func DeepCall() []byte { return []byte{0x41, 0x00, 0x10, GuestDeep, 0x1a} }
 
 // TreeCall is code that calls the GuestTree function with n and drops
 // its result: 2^n calls.
@@ -54,7 +61,8 @@ func (g Guest) Module() []byte {
 		0x6a,       // i32.add
 		0x0b, 0x0b, // end end
 	}
-	funcs := [][]byte{u(2), u(0), u(1), u(2), u(1), u(0)}
+	deep := []byte{0x20, 0x00, 0x41, 0x01, 0x6a, 0x10, GuestDeep, 0x41, 0x01, 0x6a, 0x0b}
+	funcs := [][]byte{u(2), u(0), u(1), u(2), u(1), u(0), u(0)}
 	code := [][]byte{
 		Body(nil, 0x0b),                   // 0 marker
 		Body(nil, 0x41, 0x80, 0x08, 0x0b), // 1 wasp_buffer: i32.const 1024
@@ -62,6 +70,7 @@ func (g Guest) Module() []byte {
 		Body(nil, initialize...),          // 3 _initialize
 		Body(nil, configure...),           // 4 wasp_configure
 		Body(nil, tree...),                // 5 the tree
+		Body(nil, deep...),                // 6 the endless recursion
 	}
 	exports := [][]byte{
 		cat(str("wasp_abi_v1"), []byte{0x00}, u(0)),

@@ -15,6 +15,18 @@ const annotation = "wasp.test/behaviour"
 
 var hog [][]byte
 
+var sink int
+
+// tree makes 2^n calls, recursively, with no loop.
+//
+//go:noinline
+func tree(n int) int {
+	if n == 0 {
+		return 1
+	}
+	return tree(n-1) + tree(n-1)
+}
+
 // misbehave does what the port's annotation asks, if anything.
 func misbehave(sp wasp.ServicePort) error {
 	b, _ := sp.Annotation(annotation)
@@ -26,6 +38,9 @@ func misbehave(sp wasp.ServicePort) error {
 		for {
 			hog = append(hog, make([]byte, 1<<20))
 		}
+	case "tree":
+		// 2^62 calls and no loop: only checks around calls stop it.
+		sink += tree(62)
 	case "fill":
 		// A bomb that writes what it takes, so that every page costs the
 		// node.
