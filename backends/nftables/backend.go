@@ -55,6 +55,11 @@ type Backend struct {
 	// verifiedGen, and no commit happened since (CheckDrift).
 	verified    bool
 	verifiedGen uint32
+	// epoch counts the Syncs and Cleanups, so that a drift check that
+	// read the table without the lock knows whether one ran meanwhile;
+	// readbackLocked: one did, and the next check holds the lock.
+	epoch          uint64
+	readbackLocked bool
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -140,6 +145,7 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 		return err
 	}
 	b.stats.syncs++
+	b.epoch++
 	rs := b.planner.plan(s)
 	log := klog.FromContext(ctx).WithValues("ipFamily", b.cfg.family.String(), "table", b.cfg.table)
 
@@ -198,6 +204,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 		return ErrClosed
 	}
 	b.programmed, b.verified = nil, false
+	b.epoch++
 	tx := &Transaction{Family: b.cfg.family, Table: b.cfg.table, ops: []op{{kind: opDeleteTable}}}
 	if err := b.k.apply(ctx, tx); err != nil && !errors.Is(err, syscall.ENOENT) {
 		return fmt.Errorf("nftables: delete table %s %s: %w", ipKeyword(b.cfg.family), b.cfg.table, err)

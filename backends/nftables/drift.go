@@ -35,6 +35,9 @@ var errDumpInterrupted = errors.New("dump interrupted by a concurrent change of 
 //
 // On a difference the Backend forgets what it programmed, so the next Sync
 // rewrites the whole table in one transaction (as after a failed Sync).
+// The read-back runs without the Backend's lock, so Syncs are not held up
+// by it; a check that a Sync overlapped reports nothing, and the next one
+// reads the table back again, holding the lock.
 func (b *Backend) CheckDrift(ctx context.Context) (*backends.Drift, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -53,11 +56,30 @@ func (b *Backend) CheckDrift(ctx context.Context) (*backends.Drift, error) {
 		return nil, nil
 	}
 	b.stats.driftReadbacks++
-	d, err := b.compare(ctx, b.programmed)
-	if err != nil {
-		return nil, fmt.Errorf("nftables: drift check of table %s %s: %w", ipKeyword(b.cfg.family), b.cfg.table, err)
+	// The read-back takes a second or two at 10k service ports: Syncs
+	// go on meanwhile, and a check that overlapped one concludes nothing
+	// (it may have read some sets before the Sync's transaction and some
+	// after). The next check then holds the lock, so that constant churn
+	// delays a repair by one period at most.
+	rs, epoch := b.programmed, b.epoch
+	locked := b.readbackLocked
+	b.readbackLocked = false
+	if !locked {
+		b.mu.Unlock()
 	}
-	if !d.Empty() {
+	d, err := b.compare(ctx, rs)
+	if !locked {
+		b.mu.Lock()
+	}
+	switch {
+	case b.closed:
+		return nil, ErrClosed
+	case b.epoch != epoch:
+		b.readbackLocked = true
+		return nil, nil // not verified: the next check reads back again
+	case err != nil:
+		return nil, fmt.Errorf("nftables: drift check of table %s %s: %w", ipKeyword(b.cfg.family), b.cfg.table, err)
+	case !d.Empty():
 		b.programmed, b.verified = nil, false
 		return d, nil
 	}

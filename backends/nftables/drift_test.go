@@ -278,3 +278,59 @@ func TestCheckDriftBoundsExamples(t *testing.T) {
 		t.Errorf("%d examples, want %d", len(d.Examples), backends.MaxDriftExamples)
 	}
 }
+
+// syncingKernel is a Fake whose rule listing runs a Sync of the Backend
+// first, as a Sync that lands during a drift check's read-back.
+type syncingKernel struct {
+	*Fake
+	during func()
+}
+
+func (k *syncingKernel) rules(ctx context.Context, family backends.Family, table string, fn func(chain string, tag uint64)) error {
+	if k.during != nil {
+		k.during()
+	}
+	return k.Fake.rules(ctx, family, table, fn)
+}
+
+// TestCheckDriftOverlappingSync: a Sync during a check's read-back is not
+// held up by it, makes the check conclude nothing (the table it read is
+// the new one, not the one it compares with), and the next check reads
+// back, holding the lock, and finds no drift.
+func TestCheckDriftOverlappingSync(t *testing.T) {
+	ctx := context.Background()
+	k := &syncingKernel{Fake: NewFake()}
+	cfg, err := Opts{Family: backends.IPv4}.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBackend(cfg, k)
+	states := transitionStates()
+	if err := b.Sync(ctx, states[0]); err != nil {
+		t.Fatal(err)
+	}
+	synced := false
+	k.during = func() {
+		k.during = nil
+		synced = b.Sync(ctx, states[2]) == nil // would deadlock under the check's lock
+	}
+	if d, err := b.CheckDrift(ctx); err != nil || d != nil {
+		t.Fatalf("overlapped check: %+v, %v; want nothing", d, err)
+	}
+	if !synced {
+		t.Fatal("the Sync during the read-back failed")
+	}
+	if b.programmed == nil || !b.readbackLocked {
+		t.Fatalf("after an overlapped check: programmed %v, readbackLocked %v; want kept, true", b.programmed != nil, b.readbackLocked)
+	}
+	readbacks := b.stats.driftReadbacks
+	if d, err := b.CheckDrift(ctx); err != nil || d != nil || b.stats.driftReadbacks != readbacks+1 {
+		t.Fatalf("next check: %+v, %v, %d read-backs; want no drift after one read-back", d, err, b.stats.driftReadbacks-readbacks)
+	}
+	if b.readbackLocked || !b.verified {
+		t.Errorf("after the locked check: readbackLocked %v, verified %v; want false, true", b.readbackLocked, b.verified)
+	}
+	if b.stats.rebuilds != 1 {
+		t.Errorf("%d rebuilds, want 1: no repair", b.stats.rebuilds)
+	}
+}
