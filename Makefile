@@ -3,7 +3,7 @@
 #   make demo      wasp programming nftables on a throwaway two-node lab (Linux, root or sudo)
 #   make explain   run wasp's module chain on the bundled sample cluster
 #   make test      everything CI runs: checks, module drift, unit, kernel, fuzz and end-to-end tests
-#   make fuzz      every fuzz target for FUZZTIME each (default 10s)
+#   make fuzz      every fuzz target for FUZZTIME each (default 8s)
 #   make check     gofmt, go vet, staticcheck, cross-builds, go mod tidy
 #   make modules   rebuild the embedded default modules from their sources
 #   make rust      the Rust SDK's tests and example (rustc, libstd-rust-dev-wasm32)
@@ -17,9 +17,9 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PLATFORMS   := linux/amd64 linux/arm64 windows/amd64
 MODULES     := topology trafficpolicy selection
 BENCHTIME   ?= 10x
-# FUZZTIME: how long make fuzz runs each fuzz target; 12 targets at 10s
-# take about 3 minutes on 2 cores.
-FUZZTIME    ?= 10s
+# FUZZTIME: how long make fuzz runs each fuzz target; 12 targets at 8s
+# take about 3 minutes on 2 cores, builds included.
+FUZZTIME    ?= 8s
 # BUILD_TAGS: grpcnotrace keeps gRPC (a dependency of the Sigstore
 # verification libraries) from importing golang.org/x/net/trace, whose
 # html/template calls reflect's MethodByName: that alone makes the linker
@@ -50,10 +50,17 @@ unit:
 	cd test && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 fuzz: ## Every fuzz target of the repository (every func Fuzz in a _test.go) for FUZZTIME; a failing input is saved under its package's testdata/fuzz.
-	@set -e; git grep -n '^func Fuzz' -- '*_test.go' | while IFS=: read -r file _ decl; do \
-		name=$${decl#func }; name=$${name%%(*}; pkg=./$${file%/*}; \
-		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	@set -e; log=$$(mktemp); trap 'rm -f $$log' EXIT; \
+	git grep -n '^func Fuzz' -- '*_test.go' | while IFS=: read -r file _ decl; do \
+		name=$${decl#func }; name=$${name%%(*}; dir=$${file%/*}; \
+		echo "fuzz ./$$dir $$name ($(FUZZTIME))"; \
+		if $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$$dir >$$log 2>&1; then tail -n 1 $$log; continue; fi; \
+		cat $$log; \
+		if grep -qx '    context deadline exceeded' $$log && [ -z "$$(git status --porcelain -- $$dir/testdata/fuzz/$$name)" ]; then \
+			echo "fuzz $$name: no failing input; Go's fuzzing stopped on its own deadline (golang/go#75804, fixed in Go 1.27): not a failure"; \
+			continue; \
+		fi; \
+		exit 1; \
 	done
 
 rust: ## The Rust SDK's tests (golden vectors, natively and in Wasm) and its example, built with rustc: required here, skipped by unit without the toolchain.
