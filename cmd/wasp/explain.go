@@ -49,7 +49,7 @@ Without -f it explains the bundled sample cluster (examples/cluster/sample.yaml)
 				return err
 			}
 			ctx := cmd.Context()
-			rt, err := runtime.New(runtime.Config{CacheDir: cacheDir})
+			rt, err := runtime.New(runtime.Config{CacheDir: cacheDir, IsolateCompile: true})
 			if err != nil {
 				return err
 			}

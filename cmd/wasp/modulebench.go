@@ -44,7 +44,7 @@ after a module failure, and the ratio to the builtin chain.`,
 			if err != nil {
 				return err
 			}
-			rt, err := runtime.New(runtime.Config{CacheDir: cacheDir})
+			rt, err := runtime.New(runtime.Config{CacheDir: cacheDir, IsolateCompile: true})
 			if err != nil {
 				return err
 			}

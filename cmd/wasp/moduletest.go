@@ -34,7 +34,7 @@ host/moduletest for the format.`,
 			if err != nil {
 				return err
 			}
-			rt, err := runtime.New(runtime.Config{CacheDir: cacheDir})
+			rt, err := runtime.New(runtime.Config{CacheDir: cacheDir, IsolateCompile: true})
 			if err != nil {
 				return err
 			}

@@ -472,12 +472,12 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 	}
 
 	mx := metrics.New(families...)
-	rt, err := runtime.New(runtime.Config{CacheDir: c.cacheDir, Compiled: mx.ModuleCompiled})
+	rt, err := runtime.New(runtime.Config{CacheDir: c.cacheDir, Compiled: mx.ModuleCompiled, IsolateCompile: true})
 	if err != nil && c.cacheDir != "" {
 		// A cache that cannot be used (it is not private to wasp, or not
 		// writable) costs compile time, not the node's Services.
 		klog.FromContext(ctx).Error(err, "Not caching compiled modules", "cacheDir", c.cacheDir)
-		rt, err = runtime.New(runtime.Config{Compiled: mx.ModuleCompiled})
+		rt, err = runtime.New(runtime.Config{Compiled: mx.ModuleCompiled, IsolateCompile: true})
 	}
 	if err != nil {
 		return err

@@ -46,6 +46,9 @@ type CompileLimits struct {
 	// using a CPU and memory until it ends, as wazero cannot stop one.
 	// Default 30 s.
 	Timeout time.Duration
+	// ChildMemory caps the resident memory of a compile child process
+	// (Config.IsolateCompile), which is killed past it. Default 1 GiB.
+	ChildMemory uint64
 }
 
 // Defaults for CompileLimits.
@@ -58,6 +61,7 @@ const (
 	DefaultFunctionMemory = 384 << 20
 	DefaultCompileBudget  = 30 * time.Second
 	DefaultCompileTimeout = 30 * time.Second
+	DefaultChildMemory    = 1 << 30
 )
 
 func (l CompileLimits) withDefaults() CompileLimits {
@@ -85,19 +89,23 @@ func (l CompileLimits) withDefaults() CompileLimits {
 	if l.Timeout <= 0 {
 		l.Timeout = DefaultCompileTimeout
 	}
+	if l.ChildMemory == 0 {
+		l.ChildMemory = DefaultChildMemory
+	}
 	return l
 }
 
 // The cost model: what wazero v1.12's compiler (amd64) was measured to
-// take per unit of each quantity of a function, on the reference machine
-// (docs/performance.md, "Compiling hostile modules"). Each is the largest
-// ratio measured over the shapes that stress it, so the estimate is high
-// for ordinary code.
+// take per unit of each quantity, on the reference machine
+// (docs/performance.md, "Compiling hostile modules"). Each is about the
+// largest ratio measured over the shapes that stress it, on that machine
+// under load, so the estimate is high for ordinary code.
 const (
-	nsPerBodyByte    = 3800 // every instruction: linear
-	nsPerDepth2      = 20   // × depth²: nesting
-	nsPerEdge2       = 2    // × edges²: predecessors of one block
-	nsPerBlockLocal  = 2600 // × blocks × locals: values joined at blocks
+	nsPerType        = 20000 // function types: linear
+	nsPerBodyByte    = 4500  // every instruction: linear
+	nsPerDepth2      = 40    // × depth²: nesting
+	nsPerEdge2       = 5     // × Σ edges²: predecessors of each block
+	nsPerBlockLocal  = 3000  // × blocks × locals: values joined at blocks
 	bytesPerBodyByte = 360
 	bytesPerEdge     = 2500
 	bytesPerDepth    = 2600
@@ -109,7 +117,7 @@ const (
 func compileCost(sh wasmbin.FuncShape) (time.Duration, uint64) {
 	body, depth, edges := uint64(sh.BodyBytes), uint64(sh.Depth), uint64(sh.Edges)
 	joins := uint64(sh.Blocks) * sh.Locals
-	ns := nsPerBodyByte*body + nsPerDepth2*depth*depth + nsPerEdge2*edges*edges + nsPerBlockLocal*joins
+	ns := nsPerBodyByte*body + nsPerDepth2*depth*depth + nsPerEdge2*sh.EdgesSquared + nsPerBlockLocal*joins
 	mem := bytesPerBodyByte*body + bytesPerEdge*edges + bytesPerDepth*depth + bytesPerBlockLoc*joins
 	return time.Duration(min(ns, 1<<62)), mem
 }
@@ -121,14 +129,14 @@ func checkCompileLimits(wasm []byte, l CompileLimits) error {
 	if len(wasm) > l.ModuleBytes {
 		return fmt.Errorf("module of %d bytes exceeds the compile limit of %d bytes", len(wasm), l.ModuleBytes)
 	}
-	shapes, err := wasmbin.Shapes(wasm)
+	shape, err := wasmbin.Shapes(wasm)
 	if err != nil {
 		return err
 	}
-	var total time.Duration
+	total := time.Duration(nsPerType * shape.Types)
 	var worst wasmbin.FuncShape
 	var worstCost time.Duration
-	for _, sh := range shapes {
+	for _, sh := range shape.Funcs {
 		if err := checkFunction(sh, l); err != nil {
 			return fmt.Errorf("function %d: %w", sh.Index, err)
 		}
@@ -139,8 +147,8 @@ func checkCompileLimits(wasm []byte, l CompileLimits) error {
 		}
 	}
 	if total > l.Budget {
-		return fmt.Errorf("estimated compile time %s of %d functions exceeds the compile budget of %s (function %d, %s, is estimated at %s)",
-			total.Round(time.Millisecond), len(shapes), l.Budget, worst.Index, describe(worst), worstCost.Round(time.Millisecond))
+		return fmt.Errorf("estimated compile time %s of %d types and %d functions exceeds the compile budget of %s (function %d, %s, is estimated at %s)",
+			total.Round(time.Millisecond), shape.Types, len(shape.Funcs), l.Budget, worst.Index, describe(worst), worstCost.Round(time.Millisecond))
 	}
 	return nil
 }
@@ -180,6 +188,11 @@ func describe(sh wasmbin.FuncShape) string {
 func (r *Runtime) compileWithin(ctx context.Context, e wazero.Runtime, bin []byte, timeout time.Duration) (wazero.CompiledModule, error) {
 	if !r.abandoned.tryStart() {
 		return nil, fmt.Errorf("%d compilations that ran past their time limit are still running; not starting another", maxAbandoned)
+	}
+	if r.cfg.IsolateCompile {
+		if err := r.compileInChild(ctx, bin, timeout); err != nil {
+			return nil, err
+		}
 	}
 	type result struct {
 		c   wazero.CompiledModule

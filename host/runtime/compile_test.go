@@ -75,8 +75,8 @@ func TestCompileLimits(t *testing.T) {
 		},
 		{
 			name: "module budget",
-			wasm: hostile.Module(0, slices.Repeat([][]byte{hostile.Nest(8000)}, 30)...),
-			want: `invalid module: estimated compile time 41.76s of 33 functions exceeds the compile budget of 30s (function 3, 24004 bytes, blocks nested 8000 deep, 0 branches to one block, 8000 blocks × 1 locals, is estimated at 1.392s)`,
+			wasm: hostile.Module(0, slices.Repeat([][]byte{hostile.Nest(8000)}, 15)...),
+			want: `invalid module: estimated compile time 40.38s of 3 types and 18 functions exceeds the compile budget of 30s (function 3, 24004 bytes, blocks nested 8000 deep, 0 branches to one block, 8000 blocks × 1 locals, is estimated at 2.692s)`,
 		},
 	}
 	for _, tt := range tests {
@@ -133,5 +133,64 @@ func TestCompileTimeout(t *testing.T) {
 	}
 	if _, err := r.Load(ctx, "small", hostile.Module(0), runtime.Limits{}); err != nil && !strings.Contains(err.Error(), "did not finish") {
 		t.Fatalf("Load after the abandoned compilations ended: %v", err)
+	}
+}
+
+// TestIsolatedCompile checks compiling in a child process: the machine
+// code reaches the parent through the compilation cache, and a child past
+// its time or memory limit is killed, leaving nothing running.
+func TestIsolatedCompile(t *testing.T) {
+	ctx := context.Background()
+	slow := hostile.Module(0, hostile.BrTable(32000)) // within the limits, and a second or more to compile
+	tests := []struct {
+		name string
+		wasm []byte
+		cfg  runtime.CompileLimits
+		want string // "": loads
+	}{
+		{name: "compiles", wasm: hostile.Module(0, hostile.Dispatch(2000, 2000, 8))},
+		{name: "timeout", wasm: slow, cfg: runtime.CompileLimits{Timeout: 100 * time.Millisecond}, want: "compile: compilation did not finish within 100ms"},
+		{name: "memory", wasm: slow, cfg: runtime.CompileLimits{ChildMemory: 40 << 20}, want: "compile: compilation took more than 40 MiB of memory"},
+		{name: "invalid", wasm: hostile.Module(0, hostile.Body(nil, 0x42, 0x00, 0x0b)), want: "compile: invalid function[3]: cannot use i64 as result[0] type i32"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var compiled []bool
+			r := newRuntime(t, runtime.Config{CacheDir: dir, IsolateCompile: true, Compile: tt.cfg, Compiled: func(cached bool) { compiled = append(compiled, cached) }})
+			m, err := r.Load(ctx, "isolated", tt.wasm, runtime.Limits{})
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Load: %v", err)
+				}
+				m.Close()
+				if !slices.Equal(compiled, []bool{false}) {
+					t.Errorf("Compiled told %v, want [false]", compiled)
+				}
+				// The child's machine code is what this process would
+				// compile: a runtime without a child finds it cached.
+				var again []bool
+				r2 := newRuntime(t, runtime.Config{CacheDir: dir, Compiled: func(cached bool) { again = append(again, cached) }})
+				m, err := r2.Load(ctx, "isolated", tt.wasm, runtime.Limits{})
+				if err != nil {
+					t.Fatalf("Load again: %v", err)
+				}
+				m.Close()
+				if !slices.Equal(again, []bool{true}) {
+					t.Errorf("Compiled told %v loading again, want [true]", again)
+				}
+				return
+			}
+			if err == nil {
+				m.Close()
+				t.Fatalf("Load succeeded, want an error containing %q", tt.want)
+			}
+			if !errors.Is(err, runtime.ErrCompile) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Load error %v, want ErrCompile containing %q", err, tt.want)
+			}
+			if n := runtime.AbandonedCompiles(r); n != 0 {
+				t.Errorf("%d compilations left running, want 0", n)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/tetratelabs/wazero"
@@ -50,6 +51,12 @@ type Config struct {
 	Compiled func(cached bool)
 	// Compile bounds the cost of compiling a module. Optional.
 	Compile CompileLimits
+	// IsolateCompile compiles every module first in a child process, the
+	// running executable started again, which is killed if it runs past
+	// Compile.Timeout or Compile.ChildMemory; this process then loads the
+	// machine code from the compilation cache (CacheDir, or a temporary
+	// directory removed by Close). Optional.
+	IsolateCompile bool
 }
 
 // Runtime compiles and runs modules. It is safe for concurrent use.
@@ -66,6 +73,9 @@ type Runtime struct {
 	closed   bool
 
 	abandoned compilations
+	// cacheDir is where the compilation cache is, if on disk: CacheDir,
+	// or tmpDir.
+	cacheDir, tmpDir string
 }
 
 type compiledKey struct {
@@ -82,9 +92,21 @@ func New(cfg Config) (*Runtime, error) {
 		if err != nil {
 			return nil, fmt.Errorf("compilation cache %q: %w", cfg.CacheDir, err)
 		}
-		c, err := wazero.NewCompilationCacheWithDir(dir)
+		r.cacheDir = dir
+	} else if cfg.IsolateCompile {
+		dir, err := os.MkdirTemp("", "wasp-compiled-")
 		if err != nil {
-			return nil, fmt.Errorf("compilation cache %q: %w", cfg.CacheDir, err)
+			return nil, fmt.Errorf("compilation cache: %w", err)
+		}
+		r.cacheDir, r.tmpDir = dir, dir
+	}
+	if r.cacheDir != "" {
+		c, err := wazero.NewCompilationCacheWithDir(r.cacheDir)
+		if err != nil {
+			if r.tmpDir != "" {
+				_ = os.RemoveAll(r.tmpDir)
+			}
+			return nil, fmt.Errorf("compilation cache %q: %w", r.cacheDir, err)
 		}
 		r.cache = c
 	} else {
@@ -167,5 +189,8 @@ func (r *Runtime) Close(ctx context.Context) error {
 		errs = append(errs, e.Close(ctx))
 	}
 	errs = append(errs, r.cache.Close(ctx))
+	if r.tmpDir != "" {
+		errs = append(errs, os.RemoveAll(r.tmpDir))
+	}
 	return errors.Join(errs...)
 }

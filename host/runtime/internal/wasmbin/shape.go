@@ -25,15 +25,28 @@ type FuncShape struct {
 	// compiler's basic block may get. A br_table counts once per entry
 	// naming the label.
 	Edges int
+	// EdgesSquared is the sum over the labels of the square of the
+	// branches to each.
+	EdgesSquared uint64
 }
 
-// Shapes returns the shape of every function body of a module binary.
-func Shapes(wasm []byte) ([]FuncShape, error) {
+// ModuleShape is what a module binary costs a compiler, as far as its
+// size and structure say.
+type ModuleShape struct {
+	// Types counts the function types.
+	Types int
+	// Funcs are the shapes of the function bodies, in order.
+	Funcs []FuncShape
+}
+
+// Shapes returns the shape of a module binary and of its every function
+// body.
+func Shapes(wasm []byte) (*ModuleShape, error) {
 	m, err := Parse(wasm)
 	if err != nil {
 		return nil, err
 	}
-	var params []uint64 // by type index; 0 for non-function types
+	var params []uint64 // by type index
 	var funcTypes []uint32
 	var shapes []FuncShape
 	imported := uint32(m.importCount(KindFunc))
@@ -51,7 +64,7 @@ func Shapes(wasm []byte) ([]FuncShape, error) {
 			return nil, s.errorf("%w", err)
 		}
 	}
-	return shapes, nil
+	return &ModuleShape{Types: len(params), Funcs: shapes}, nil
 }
 
 // paramCounts reads a type section and returns the number of parameters of
@@ -220,6 +233,7 @@ func bodyShape(r *reader, sh *FuncShape, edges []int) ([]int, error) {
 		case opEnd, opDelegate:
 			last := len(edges) - 1
 			sh.Edges = max(sh.Edges, edges[last])
+			sh.EdgesSquared += uint64(edges[last]) * uint64(edges[last])
 			edges = edges[:last]
 			if last == 0 {
 				if op == opDelegate || r.off != r.end {

@@ -49,7 +49,7 @@ func TestShapes(t *testing.T) {
 				0x0c, 0x00,
 				0x0b, 0x0b, 0x0c, 0x00, 0x0b,
 			},
-			want: FuncShape{Index: 1, BodyBytes: 26, Depth: 2, Blocks: 2, BrTable: 4, Edges: 5},
+			want: FuncShape{Index: 1, BodyBytes: 26, Depth: 2, Blocks: 2, BrTable: 4, Edges: 5, EdgesSquared: 5*5 + 2*2 + 1*1},
 		},
 	}
 	for _, tt := range tests {
@@ -65,8 +65,8 @@ func TestShapes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(got) != 1 || got[0] != tt.want {
-				t.Errorf("Shapes = %+v, want [%+v]", got, tt.want)
+			if got.Types != 2 || len(got.Funcs) != 1 || got.Funcs[0] != tt.want {
+				t.Errorf("Shapes = %+v, want 2 types and [%+v]", got, tt.want)
 			}
 		})
 	}

@@ -1,0 +1,158 @@
+package runtime
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+)
+
+// childEnv, set in its environment, makes a process that links this
+// package a compile child (serveCompile) before its main function runs.
+// The value is the version of the protocol between parent and child.
+const childEnv = "WASP_INTERNAL_COMPILE_CHILD"
+
+const childProtocol = "1"
+
+func init() {
+	if v, ok := os.LookupEnv(childEnv); ok {
+		if v != childProtocol {
+			fmt.Fprintf(os.Stderr, "compile child: protocol %q, want %q\n", v, childProtocol)
+			os.Exit(2)
+		}
+		os.Exit(serveCompile(os.Stdin, os.Stderr))
+	}
+}
+
+// childRequest is the first line a compile child reads from its standard
+// input; the module binary follows.
+type childRequest struct {
+	// CacheDir is the compilation cache to compile into.
+	CacheDir string `json:"cacheDir"`
+	// CloseOnContextDone is the engine's setting, which is part of the
+	// cache key.
+	CloseOnContextDone bool `json:"closeOnContextDone"`
+	// Size is the length of the binary.
+	Size int `json:"size"`
+}
+
+// serveCompile is the compile child: it reads a request and a binary
+// from in, compiles the binary into the request's compilation cache and
+// returns the process's exit code, having written why to errOut if that
+// is not 0.
+func serveCompile(in io.Reader, errOut io.Writer) int {
+	fail := func(code int, err error) int {
+		fmt.Fprintln(errOut, err)
+		return code
+	}
+	br := bufio.NewReader(in)
+	line, err := br.ReadBytes('\n')
+	if err != nil {
+		return fail(2, fmt.Errorf("compile child: request: %w", err))
+	}
+	var req childRequest
+	if err := json.Unmarshal(line, &req); err != nil {
+		return fail(2, fmt.Errorf("compile child: request: %w", err))
+	}
+	if req.CacheDir == "" || req.Size < 0 || req.Size > 1<<30 {
+		return fail(2, fmt.Errorf("compile child: bad request %s", bytes.TrimSpace(line)))
+	}
+	wasm := make([]byte, req.Size)
+	if _, err := io.ReadFull(br, wasm); err != nil {
+		return fail(2, fmt.Errorf("compile child: module: %w", err))
+	}
+	ctx := context.Background()
+	cache, err := wazero.NewCompilationCacheWithDir(req.CacheDir)
+	if err != nil {
+		return fail(2, fmt.Errorf("compile child: compilation cache %q: %w", req.CacheDir, err))
+	}
+	cfg := wazero.NewRuntimeConfig().WithCompilationCache(cache).WithCloseOnContextDone(req.CloseOnContextDone)
+	e := wazero.NewRuntimeWithConfig(ctx, cfg)
+	if _, err := e.CompileModule(ctx, wasm); err != nil {
+		return fail(1, err)
+	}
+	if err := e.Close(ctx); err != nil {
+		return fail(2, fmt.Errorf("compile child: %w", err))
+	}
+	return 0
+}
+
+// compileInChild compiles bin in a child process (the running executable,
+// started again as a compile child) into the runtime's compilation cache,
+// so that compiling it in this process then only loads it from there. The
+// child is killed if it runs past timeout or its resident memory grows
+// past Compile.ChildMemory: unlike a compilation in this process, one in a
+// child can be stopped, and what it takes is given back.
+func (r *Runtime) compileInChild(ctx context.Context, bin []byte, timeout time.Duration) error {
+	req, err := json.Marshal(childRequest{CacheDir: r.cacheDir, CloseOnContextDone: r.cfg.Interrupt == InterruptCloseOnContextDone, Size: len(bin)})
+	if err != nil {
+		return err
+	}
+	exe, err := selfExecutable()
+	if err != nil {
+		return fmt.Errorf("compile child: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe)
+	cmd.Env = append(os.Environ(), childEnv+"="+childProtocol)
+	cmd.Stdin = io.MultiReader(bytes.NewReader(append(req, '\n')), bytes.NewReader(bin))
+	var stderr limitedBuffer
+	cmd.Stderr = &stderr
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("compile child: %w", err)
+	}
+	// From here on, an expired ctx kills the child.
+	overMemory := make(chan struct{})
+	stopWatch := watchMemory(cmd.Process, r.cfg.Compile.ChildMemory, overMemory)
+	err = cmd.Wait()
+	stopWatch()
+	if err == nil {
+		return nil
+	}
+	select {
+	case <-overMemory:
+		return fmt.Errorf("compilation took more than %d MiB of memory", r.cfg.Compile.ChildMemory>>20)
+	default:
+	}
+	if ctx.Err() != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("compilation did not finish within %s", timeout)
+		}
+		return fmt.Errorf("compilation stopped: %w", ctx.Err())
+	}
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 1 {
+		return errors.New(stderr.firstLine())
+	}
+	return fmt.Errorf("compile child: %w: %s", err, stderr.firstLine())
+}
+
+// limitedBuffer keeps the first 4 KiB written to it.
+type limitedBuffer struct{ bytes.Buffer }
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := 4096 - b.Len(); room > 0 {
+		b.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// firstLine is the first line written, or a placeholder.
+func (b *limitedBuffer) firstLine() string {
+	first, _, _ := strings.Cut(strings.TrimSpace(b.String()), "\n")
+	if first == "" {
+		return "(no message)"
+	}
+	return first
+}

@@ -1,0 +1,12 @@
+//go:build !linux
+
+package runtime
+
+import "os"
+
+// selfExecutable is the running executable.
+func selfExecutable() (string, error) { return os.Executable() }
+
+// watchMemory does nothing where resident memory is not read: a compile
+// child is bounded in time only.
+func watchMemory(*os.Process, uint64, chan<- struct{}) (stop func()) { return func() {} }
