@@ -189,7 +189,7 @@ func (r *Runtime) compileWithin(ctx context.Context, e wazero.Runtime, bin []byt
 	if !r.abandoned.tryStart() {
 		return nil, fmt.Errorf("%d compilations that ran past their time limit are still running; not starting another", maxAbandoned)
 	}
-	if r.cfg.IsolateCompile {
+	if r.isolate {
 		if err := r.compileInChild(ctx, bin, timeout); err != nil {
 			return nil, err
 		}

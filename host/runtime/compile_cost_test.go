@@ -83,6 +83,9 @@ func param(tb testing.TB, f []string, i int) int {
 // numbers of docs/performance.md were taken:
 //
 //	WASP_COMPILE_SHAPES="nest,16000 brtable,40000" go test -run 'TestCompileCost$' -v -timeout 1h ./host/runtime/
+//
+// With WASP_COMPILE_ESTIMATE_ONLY=1 it prints the estimates and verdicts
+// without compiling.
 func TestCompileCost(t *testing.T) {
 	shapes := os.Getenv("WASP_COMPILE_SHAPES")
 	if shapes == "" {
@@ -103,6 +106,10 @@ func TestCompileCost(t *testing.T) {
 		verdict := "accepted"
 		if err := checkCompileLimits(wasm, CompileLimits{}.withDefaults()); err != nil {
 			verdict = "refused: " + err.Error()
+		}
+		if os.Getenv("WASP_COMPILE_ESTIMATE_ONLY") != "" {
+			t.Logf("%-26s %9d bytes  estimate %8s, %4d MiB  %s", spec, len(wasm), est.Round(time.Millisecond), mem>>20, verdict)
+			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCompileCostChild$")

@@ -194,3 +194,18 @@ func TestIsolatedCompile(t *testing.T) {
 		})
 	}
 }
+
+// TestIsolatedCompileNoCacheDir checks that a runtime without a CacheDir
+// compiles in a child through a temporary cache of its own.
+func TestIsolatedCompileNoCacheDir(t *testing.T) {
+	r := newRuntime(t, runtime.Config{IsolateCompile: true, Compile: runtime.CompileLimits{ChildMemory: 40 << 20}})
+	_, err := r.Load(context.Background(), "isolated", hostile.Module(0, hostile.BrTable(32000)), runtime.Limits{})
+	if want := "compilation took more than 40 MiB of memory"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Load error %v, want one containing %q (compiled in a child)", err, want)
+	}
+	m, err := r.Load(context.Background(), "isolated", hostile.Module(0, hostile.Dispatch(2000, 2000, 8)), runtime.Limits{})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	m.Close()
+}

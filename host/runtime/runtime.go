@@ -55,7 +55,8 @@ type Config struct {
 	// running executable started again, which is killed if it runs past
 	// Compile.Timeout or Compile.ChildMemory; this process then loads the
 	// machine code from the compilation cache (CacheDir, or a temporary
-	// directory removed by Close). Optional.
+	// directory removed by Close; without either, compilations run in
+	// this process, bounded in time only). Optional.
 	IsolateCompile bool
 }
 
@@ -76,6 +77,9 @@ type Runtime struct {
 	// cacheDir is where the compilation cache is, if on disk: CacheDir,
 	// or tmpDir.
 	cacheDir, tmpDir string
+	// isolate is whether to compile in a child process: IsolateCompile,
+	// with a cacheDir for the child to write to.
+	isolate bool
 }
 
 type compiledKey struct {
@@ -94,12 +98,13 @@ func New(cfg Config) (*Runtime, error) {
 		}
 		r.cacheDir = dir
 	} else if cfg.IsolateCompile {
-		dir, err := os.MkdirTemp("", "wasp-compiled-")
-		if err != nil {
-			return nil, fmt.Errorf("compilation cache: %w", err)
+		// Without a directory for the child to write to (a read-only
+		// root file system), compile in this process, bounded in time.
+		if dir, err := os.MkdirTemp("", "wasp-compiled-"); err == nil {
+			r.cacheDir, r.tmpDir = dir, dir
 		}
-		r.cacheDir, r.tmpDir = dir, dir
 	}
+	r.isolate = cfg.IsolateCompile && r.cacheDir != ""
 	if r.cacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(r.cacheDir)
 		if err != nil {
