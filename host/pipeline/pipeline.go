@@ -39,7 +39,8 @@ type Source uint8
 const (
 	// SourceModules: every stage's module produced it.
 	SourceModules Source = iota
-	// SourceLastGood: a stage failed; the port kept its last good decision.
+	// SourceLastGood: a stage failed; the port kept its last good
+	// decision, less the endpoints that left the port or stopped serving.
 	SourceLastGood
 	// SourceBuiltin: a stage failed and the port had no last good
 	// decision, or the stage's failure policy is Builtin, so the native
@@ -57,8 +58,10 @@ type FailurePolicy uint8
 
 const (
 	// KeepLastGood: the port keeps its last good decision
-	// (SourceLastGood), or gets the native reference semantics
-	// (SourceBuiltin) if it never had one. The default.
+	// (SourceLastGood), less the endpoints that left the port or stopped
+	// serving; it gets the native reference semantics (SourceBuiltin) if
+	// it never had one, or if none is left of a set it programmed
+	// endpoints for. The default.
 	KeepLastGood FailurePolicy = iota
 	// Builtin: the port gets the native reference semantics
 	// (SourceBuiltin), whether or not it had a last good decision.
@@ -79,8 +82,9 @@ type Port struct {
 // Result is a port's final decision.
 type Result struct {
 	abi.Decision
-	// Endpoints are the endpoints the Decision's indices refer to. For a
-	// last good decision these are the endpoints of that time.
+	// Endpoints are the endpoints the Decision's indices refer to: the
+	// port's current ones, a last good decision's included (its indices
+	// are carried over to them).
 	Endpoints []abi.Endpoint
 	Source    Source
 	// Err is the failure that made Source not SourceModules.
@@ -395,12 +399,14 @@ func (p *Pipeline) run(ctx context.Context, node abi.Node, ports []Port) (_ []Re
 }
 
 // fallbackResult decides for a port whose stage, of failure policy
-// policy, failed.
+// policy, failed. A last good decision keeps only the endpoints still in
+// the port and serving (keepLastGood); if that leaves a set it programmed
+// without any, the builtin semantics decide.
 func (p *Pipeline) fallbackResult(node abi.Node, port Port, policy FailurePolicy, err error) Result {
 	if last, ok := p.lastGood[port.Key]; ok && policy == KeepLastGood {
-		r := *last
-		r.Source, r.Err = SourceLastGood, err
-		return r
+		if d, ok := keepLastGood(last, port.Endpoints); ok {
+			return Result{Decision: d, Endpoints: port.Endpoints, Source: SourceLastGood, Err: err}
+		}
 	}
 	return Result{
 		Decision:  reference.Categorize(&node, &port.ServicePort),

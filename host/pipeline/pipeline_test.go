@@ -304,7 +304,9 @@ func TestFailurePolicy(t *testing.T) {
 						}
 					}
 				}
-				in := behaving(4, 2, bad)
+				// The ports keep their endpoints: a last good decision
+				// keeps only those still there (TestLastGoodFollowsEndpoints).
+				in := behaving(4, 1, bad)
 				for i, r := range p.Run(context.Background(), node, in) {
 					if _, isBad := bad[i]; !isBad {
 						if r.Source != pipeline.SourceModules {
@@ -315,14 +317,13 @@ func TestFailurePolicy(t *testing.T) {
 					if r.Source != tt.want || r.Err == nil {
 						t.Errorf("port %d: source %s (err %v), want %s with the error", i, r.Source, r.Err, tt.want)
 					}
-					wantSubnet := byte(2) // this run's endpoints
-					if tt.want == pipeline.SourceLastGood {
-						wantSubnet = 1 // the good run's
-					} else if want := reference.Categorize(&node, &in[i].ServicePort); !reflect.DeepEqual(r.Decision, want) {
-						t.Errorf("port %d: decision %+v, want the reference's %+v", i, r.Decision, want)
+					if tt.want == pipeline.SourceBuiltin {
+						if want := reference.Categorize(&node, &in[i].ServicePort); !reflect.DeepEqual(r.Decision, want) {
+							t.Errorf("port %d: decision %+v, want the reference's %+v", i, r.Decision, want)
+						}
 					}
-					if len(r.Endpoints) != 1 || r.Endpoints[0].Addr.As4()[1] != wantSubnet {
-						t.Errorf("port %d: endpoints %v, want those of 10.%d.0.0/16", i, r.Endpoints, wantSubnet)
+					if !reflect.DeepEqual(r.Endpoints, in[i].Endpoints) || len(r.Cluster) != 1 {
+						t.Errorf("port %d: endpoints %v, cluster %v, want the port's one endpoint", i, r.Endpoints, r.Cluster)
 					}
 				}
 				if got := rec.fallbacks[stage][tt.want]; got != len(bad) {
@@ -333,5 +334,59 @@ func TestFailurePolicy(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestLastGoodFollowsEndpoints: a port whose module fails after its
+// endpoints changed keeps, of its last good decision, only the endpoints
+// still in the port; when none is left the builtin semantics decide over
+// the current endpoints. Nothing is ever sent to an address that left.
+func TestLastGoodFollowsEndpoints(t *testing.T) {
+	node := abi.Node{Name: "node-a"}
+	port := func(behaviour string, addrs ...string) []pipeline.Port {
+		sp := abi.ServicePort{Namespace: "ns", Name: "svc", Protocol: abi.ProtocolTCP, Port: 80}
+		if behaviour != "" {
+			sp.Annotations = []abi.Label{{Key: "wasp.test/behaviour", Value: behaviour}}
+		}
+		for _, a := range addrs {
+			sp.Endpoints = append(sp.Endpoints, abi.Endpoint{Addr: netip.MustParseAddr(a), Port: 8080, Ready: true, Serving: true})
+		}
+		return []pipeline.Port{{Key: "ns/svc:http", ServicePort: sp}}
+	}
+	// cluster resolves a result's Cluster set into addresses.
+	cluster := func(r pipeline.Result) []string {
+		var out []string
+		for _, i := range r.Cluster {
+			out = append(out, r.Endpoints[i].Addr.String())
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		before []string
+		after  []string
+		want   pipeline.Source
+		addrs  []string
+	}{
+		{"replaced", []string{"10.244.1.99"}, []string{"10.244.7.77"}, pipeline.SourceBuiltin, []string{"10.244.7.77"}},
+		{"one of two replaced", []string{"10.244.1.10", "10.244.1.99"}, []string{"10.244.1.10", "10.244.7.77"}, pipeline.SourceLastGood, []string{"10.244.1.10"}},
+		{"one added before", []string{"10.244.1.99"}, []string{"10.244.1.10", "10.244.1.99"}, pipeline.SourceLastGood, []string{"10.244.1.99"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var opts pipeline.Options
+			opts.Modules[abi.StageEndpointSelection] = &fake{timeout: time.Millisecond}
+			p := pipeline.New(opts)
+			if r := p.Run(context.Background(), node, port("", tt.before...))[0]; r.Source != pipeline.SourceModules {
+				t.Fatalf("good run: %s: %v", r.Source, r.Err)
+			}
+			r := p.Run(context.Background(), node, port("trap", tt.after...))[0]
+			if r.Source != tt.want || r.Err == nil {
+				t.Errorf("source %s (err %v), want %s", r.Source, r.Err, tt.want)
+			}
+			if got := cluster(r); !reflect.DeepEqual(got, tt.addrs) {
+				t.Errorf("cluster %v, want %v", got, tt.addrs)
+			}
+		})
 	}
 }
