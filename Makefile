@@ -54,7 +54,7 @@ fuzz: ## Every fuzz target of the repository (every func Fuzz in a _test.go) for
 	git grep -n '^func Fuzz' -- '*_test.go' | while IFS=: read -r file _ decl; do \
 		name=$${decl#func }; name=$${name%%(*}; dir=$${file%/*}; \
 		echo "fuzz ./$$dir $$name ($(FUZZTIME))"; \
-		if $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$$dir >$$log 2>&1; then tail -n 1 $$log; continue; fi; \
+		if $(GO) -C $$dir test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) . >$$log 2>&1; then tail -n 1 $$log; continue; fi; \
 		cat $$log; \
 		if grep -qx '    context deadline exceeded' $$log && [ -z "$$(git status --porcelain -- $$dir/testdata/fuzz/$$name)" ]; then \
 			echo "fuzz $$name: no failing input; Go's fuzzing stopped on its own deadline (golang/go#75804, fixed in Go 1.27): not a failure"; \
