@@ -31,6 +31,11 @@ const MaxConfigLen = 1 << 20
 // wasp_configure; a longer one is truncated.
 const MaxConfigErrorLen = 4096
 
+// MaxModuleSize bounds a module's binary, wherever it comes from: a
+// file, a registry, an archive. It is the one place this limit is set;
+// a larger one is refused as it is read, before it is compiled.
+const MaxModuleSize = 64 << 20
+
 // MetadataSection is the name of the custom section that carries a module's
 // Metadata as JSON.
 const MetadataSection = "wasp.metadata"

@@ -11,6 +11,7 @@ import (
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/wasp-proxy/wasp/abi"
 	"github.com/wasp-proxy/wasp/abi/metadata"
 )
 
@@ -47,8 +48,8 @@ const (
 	maxManifestSize = 4 << 20
 	maxConfigSize   = 1 << 20
 	// DefaultMaxModuleSize caps a module's layer when Options.MaxModuleSize
-	// is zero.
-	DefaultMaxModuleSize = 64 << 20
+	// is zero: the ABI's limit on any module.
+	DefaultMaxModuleSize = abi.MaxModuleSize
 )
 
 // Errors a caller may act on; the returned errors wrap them with the
