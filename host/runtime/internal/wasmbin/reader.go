@@ -178,7 +178,8 @@ func Parse(b []byte) (*Module, error) {
 		return nil, fmt.Errorf("wasm: header at offset 0: truncated (%d bytes)", len(b))
 	}
 	if !bytes.Equal(b[:4], magic) {
-		return nil, fmt.Errorf("wasm: header at offset 0: bad magic %#x", b[:4])
+		// Never the bytes: the file may be anything readable on the node.
+		return nil, errors.New("wasm: header at offset 0: not a WebAssembly module (bad magic)")
 	}
 	if !bytes.Equal(b[4:8], version) {
 		return nil, fmt.Errorf("wasm: header at offset 4: unsupported version %#x (want 1)", b[4:8])

@@ -80,7 +80,7 @@ func TestParseErrors(t *testing.T) {
 		msg  string
 	}{
 		{name: "empty", in: nil, msg: "wasm: header at offset 0: truncated (0 bytes)"},
-		{name: "bad magic", in: []byte("\x00wasm\x01\x00\x00"), msg: "wasm: header at offset 0: bad magic 0x0077617"},
+		{name: "bad magic", in: []byte("\x00wasm\x01\x00\x00"), msg: "wasm: header at offset 0: not a WebAssembly module (bad magic)"},
 		{name: "component", in: []byte("\x00asm\x0d\x00\x01\x00"), msg: "wasm: header at offset 4: unsupported version 0x0d000100"},
 		{name: "truncated section", in: module([]byte{0x0a, 0x05, 0x00}), msg: "wasm: section 10 (code) at offset 8: truncated: size 5, 1 bytes left"},
 		{name: "section size overflow", in: module([]byte{0x01, 0xff, 0xff, 0xff, 0xff, 0x7f}), msg: "wasm: section 1 (type) at offset 8: size: integer representation too long"},
