@@ -10,7 +10,6 @@ package chain
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/internal/localfile"
 	"github.com/wasp-proxy/wasp/modules"
 )
 
@@ -28,9 +28,12 @@ type Spec struct {
 	Stage  abi.Stage
 	Source string
 	Limits runtime.Limits
-	// Signatures, when not empty, make an oci:// source load only with
+	// Signatures, when not empty, make the module load only with
 	// signatures that satisfy every policy (host/oci): typically the
-	// node-wide policy and the module's own; optional.
+	// node-wide policy and the module's own; optional. Only an oci://
+	// module can carry signatures: a file (file:// or a path) is refused
+	// when there is any policy (ErrUnsignedFile). A builtin module is part
+	// of wasp and loads regardless.
 	Signatures []oci.SignaturePolicy
 	// FailurePolicy is what a service port gets when the module fails for
 	// it; optional, default KeepLastGood.
@@ -72,7 +75,7 @@ func (s Sources) Read(ctx context.Context, source string) ([]byte, error) {
 	case strings.HasPrefix(source, "builtin:"):
 		return modules.Wasm(strings.TrimPrefix(source, "builtin:"))
 	case strings.HasPrefix(source, "file://"):
-		return os.ReadFile(strings.TrimPrefix(source, "file://"))
+		return readFile(strings.TrimPrefix(source, "file://"))
 	case strings.HasPrefix(source, oci.Scheme):
 		c, err := oci.New(s.OCI)
 		if err != nil {
@@ -88,7 +91,17 @@ func (s Sources) Read(ctx context.Context, source string) ([]byte, error) {
 		scheme, _, _ := strings.Cut(source, "://")
 		return nil, fmt.Errorf("module source %q: scheme %q is not supported (use builtin:NAME, file:///PATH, oci://REPOSITORY@sha256:DIGEST or a path)", source, scheme)
 	}
-	return os.ReadFile(source)
+	return readFile(source)
+}
+
+// readFile reads a module file: a regular file of at most
+// abi.MaxModuleSize bytes.
+func readFile(path string) ([]byte, error) {
+	b, err := localfile.Read(path, abi.MaxModuleSize)
+	if err != nil {
+		return nil, fmt.Errorf("module file: %w", err)
+	}
+	return b, nil
 }
 
 // OCICacheDir is where modules pulled from registries are kept for a
@@ -154,8 +167,22 @@ func (l Loader) Load(ctx context.Context, specs []Spec) (*Chain, error) {
 	return c, nil
 }
 
+// ErrUnsignedFile is wrapped by the error of a module file (file:// or a
+// path) given signature policies: a file carries no signature, so it
+// cannot satisfy one. It wraps oci.ErrNoSignature.
+var ErrUnsignedFile = fmt.Errorf("%w: a module file carries no signature", oci.ErrNoSignature)
+
+// IsFile reports whether Read reads source from a file: file:// or a
+// path.
+func IsFile(source string) bool {
+	return strings.HasPrefix(source, "file://") || !strings.HasPrefix(source, "builtin:") && !strings.Contains(source, "://")
+}
+
 // load reads, compiles and checks the module of one stage.
 func load(ctx context.Context, rt *runtime.Runtime, src Sources, source string, limits runtime.Limits, stage abi.Stage, opts ...runtime.LoadOption) (*runtime.Module, error) {
+	if len(src.OCI.Signatures) > 0 && IsFile(source) {
+		return nil, classified{fmt.Errorf("module %q: %w, and signatures are required (moduleSignatures or the module's signatures section): push it to a registry and sign it there", source, ErrUnsignedFile), errFetch}
+	}
 	wasm, err := src.Read(ctx, source)
 	if err != nil {
 		return nil, classified{err, errFetch}

@@ -16,6 +16,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/chain"
 	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/internal/localfile"
 	"github.com/wasp-proxy/wasp/internal/ocitest"
 	"github.com/wasp-proxy/wasp/modules"
 )
@@ -195,5 +196,92 @@ func TestLoadOCISigned(t *testing.T) {
 	spec[0].Signatures = []oci.SignaturePolicy{{PublicKeys: []crypto.PublicKey{other.Public()}}}
 	if _, err := chain.Load(context.Background(), rt, spec); !errors.Is(err, oci.ErrBadSignature) {
 		t.Fatalf("signed by another key: %v, want ErrBadSignature", err)
+	}
+}
+
+// TestReadBounded: a module file is a regular file of at most
+// abi.MaxModuleSize bytes; an endless device is refused without a read.
+func TestReadBounded(t *testing.T) {
+	big := filepath.Join(t.TempDir(), "big.wasm")
+	f, err := os.Create(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(abi.MaxModuleSize + 1); err != nil { // sparse: no disk used
+		t.Fatal(err)
+	}
+	f.Close()
+	tests := []struct {
+		source string
+		want   error
+	}{
+		{"file:///dev/zero", localfile.ErrNotRegular},
+		{"/dev/zero", localfile.ErrNotRegular},
+		{"file://" + big, localfile.ErrTooLarge},
+	}
+	for _, tc := range tests {
+		t.Run(tc.source, func(t *testing.T) {
+			b, err := chain.Read(tc.source)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %d bytes, %v; want %v", len(b), err, tc.want)
+			}
+		})
+	}
+}
+
+// TestLoadUnsignedFile: a node that requires signatures loads no module
+// file, which cannot carry one; builtin modules, part of wasp, still load.
+func TestLoadUnsignedFile(t *testing.T) {
+	wasm, err := modules.Wasm("selection")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "selection.wasm")
+	if err := os.WriteFile(path, wasm, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := []oci.SignaturePolicy{{PublicKeys: []crypto.PublicKey{key.Public()}}}
+	rt, err := runtime.New(runtime.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	for _, source := range []string{"file://" + path, path} {
+		_, err := chain.Load(context.Background(), rt, []chain.Spec{{Stage: abi.StageEndpointSelection, Source: source, Signatures: policy}})
+		if !errors.Is(err, chain.ErrUnsignedFile) || !errors.Is(err, oci.ErrNoSignature) || chain.LoadResultOf(err) != chain.LoadSignature {
+			t.Errorf("%s: got %v, want ErrUnsignedFile", source, err)
+		}
+	}
+	c, err := chain.Load(context.Background(), rt, []chain.Spec{{Stage: abi.StageEndpointSelection, Source: "builtin:selection", Signatures: policy}})
+	if err != nil {
+		t.Fatalf("builtin module: %v", err)
+	}
+	c.Close()
+}
+
+// TestLoadEchoesNoContent: a file that is not a module is refused without
+// a byte of it in the error, which reaches status and Events.
+func TestLoadEchoesNoContent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "passwd")
+	if err := os.WriteFile(path, []byte("root:x:0:0:root:/root:/bin/bash\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := runtime.New(runtime.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	_, err = chain.Load(context.Background(), rt, []chain.Spec{{Stage: abi.StageEndpointSelection, Source: "file://" + path}})
+	if !errors.Is(err, runtime.ErrInvalidModule) || !strings.Contains(err.Error(), "not a WebAssembly module") {
+		t.Fatalf("got %v, want ErrInvalidModule saying it is not a module", err)
+	}
+	for _, leak := range []string{"726f6f74", "root", "0x72", "bash"} {
+		if strings.Contains(err.Error(), leak) {
+			t.Errorf("the error %q holds %q, from the file", err, leak)
+		}
 	}
 }
