@@ -23,6 +23,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/internal/localfile"
 )
 
 // configFlags are the flags that set a field of the configuration: without
@@ -55,7 +56,13 @@ var configFlags = []struct{ flag, field string }{
 	{"module-trusted-root", "moduleSignatures.keyless.trustedRoot"},
 	{"module-certificate-identity", "moduleSignatures.keyless.identities"},
 	{"module-certificate-oidc-issuer", "moduleSignatures.keyless.identities"},
+	{"module-file-directory", "moduleFileDirectories"},
 }
+
+// maxConfigFileSize bounds wasp's configuration file and a module's: a
+// module's configuration is at most abi.MaxConfigLen of JSON, a few of
+// them and inline keys fit many times over.
+const maxConfigFileSize = 16 << 20
 
 // waspConfig returns the configuration of wasp run: the file of --config,
 // or the flags. warn gets each warning: the file's, and each flag that
@@ -63,7 +70,7 @@ var configFlags = []struct{ flag, field string }{
 func (f *runFlags) waspConfig(fs *pflag.FlagSet, warn func(string)) (*v1alpha1.WaspConfiguration, error) {
 	var c *v1alpha1.WaspConfiguration
 	if f.configFile != "" {
-		data, err := os.ReadFile(f.configFile)
+		data, err := localfile.Read(f.configFile, maxConfigFileSize)
 		if err != nil {
 			return nil, fmt.Errorf("--config: %w", err)
 		}
@@ -227,6 +234,7 @@ func (f *runFlags) applyFlags(fs *pflag.FlagSet, c *v1alpha1.WaspConfiguration) 
 		}
 		c.Modules = append(c.Modules, v1alpha1.ModuleConfiguration{Stage: stage, Source: src})
 	}
+	c.ModuleFileDirectories = f.moduleFileDirs
 	if len(f.moduleKeys) > 0 || f.moduleTrustedRoot != "" || f.moduleIdentity != "" || f.moduleIssuer != "" {
 		c.ModuleSignatures = &v1alpha1.ModuleSignatures{PublicKeys: f.moduleKeys}
 		if f.moduleTrustedRoot != "" || f.moduleIdentity != "" || f.moduleIssuer != "" {
@@ -352,10 +360,38 @@ func newRunConfig(c *v1alpha1.WaspConfiguration, f *runFlags, hostname func() (s
 	return rc, nil
 }
 
-// moduleSpec is the chain.Spec of a validated, defaulted module. An
-// oci:// module must satisfy the node-wide signature policies global and
-// its own signatures section, whose keys and trusted root are read now.
+// moduleSpec is the chain.Spec of a validated, defaulted module of the
+// configuration. Every module but a builtin one must satisfy the node-wide
+// signature policies global and its own signatures section, whose keys and
+// trusted root are read now, inline or from any file.
 func moduleSpec(m v1alpha1.ModuleConfiguration, global ...oci.SignaturePolicy) (chain.Spec, error) {
+	return newModuleSpec(m, readKeyFile, global)
+}
+
+// catalogSpec is the chain.Spec of a valid ServiceProxyModule's module.
+// Whoever may write ServiceProxyModules may name files only under the
+// directories the node's configuration allows (moduleFileDirectories): a
+// file:// source, a key or a trusted root anywhere else is refused, as is
+// any file when none is allowed; keys and trusted roots may always be
+// inline.
+func catalogSpec(m v1alpha1.ModuleConfiguration, dirs []string, global ...oci.SignaturePolicy) (chain.Spec, error) {
+	if chain.IsFile(m.Source) {
+		if _, err := localfile.Within(strings.TrimPrefix(m.Source, "file://"), dirs); err != nil {
+			return chain.Spec{}, fmt.Errorf("source: %w (moduleFileDirectories)", err)
+		}
+	}
+	return newModuleSpec(m, func(path string) ([]byte, error) {
+		real, err := localfile.Within(path, dirs)
+		if err != nil {
+			return nil, fmt.Errorf("%w (moduleFileDirectories)", err)
+		}
+		return readKeyFile(real)
+	}, global)
+}
+
+// newModuleSpec is moduleSpec, reading key and trusted root files with
+// readFile.
+func newModuleSpec(m v1alpha1.ModuleConfiguration, readFile func(string) ([]byte, error), global []oci.SignaturePolicy) (chain.Spec, error) {
 	stage, _ := abi.ParseStage(m.Stage)
 	spec := chain.Spec{Stage: stage, Source: m.Source, Config: m.Config, Limits: runtime.Limits{
 		MemoryBytes: uint64(m.Limits.Memory.Value()),
@@ -365,38 +401,57 @@ func moduleSpec(m v1alpha1.ModuleConfiguration, global ...oci.SignaturePolicy) (
 	if m.FailurePolicy == v1alpha1.Builtin {
 		spec.FailurePolicy = pipeline.Builtin
 	}
-	if strings.HasPrefix(m.Source, "oci://") {
+	builtin := strings.HasPrefix(m.Source, "builtin:") // part of wasp
+	if !builtin {
 		spec.Signatures = append(spec.Signatures, global...)
 	}
 	if m.Signatures == nil {
 		return spec, nil
 	}
-	p, err := signaturePolicy(m.Signatures)
+	p, err := readSignaturePolicy(m.Signatures, readFile)
 	if err != nil {
 		return spec, fmt.Errorf("signatures.%w", err)
 	}
-	spec.Signatures = append(spec.Signatures, p)
+	if !builtin {
+		spec.Signatures = append(spec.Signatures, p)
+	}
 	return spec, nil
 }
 
-// signaturePolicy reads a validated signatures section: its public keys
-// and trusted root, each inline or the path of a file. Errors name the
-// field under the section.
+// readKeyFile reads a public key or trusted root file: a regular file of
+// at most localfile.MaxKeyFileSize bytes.
+func readKeyFile(path string) ([]byte, error) {
+	return localfile.Read(path, localfile.MaxKeyFileSize)
+}
+
+// signaturePolicy reads a validated signatures section of the
+// configuration: its public keys and trusted root, each inline or the
+// path of any file. Errors name the field under the section.
 func signaturePolicy(sig *v1alpha1.ModuleSignatures) (oci.SignaturePolicy, error) {
+	return readSignaturePolicy(sig, readKeyFile)
+}
+
+// readSignaturePolicy is signaturePolicy, reading files with readFile. An
+// error about a file's content names the file and what was wanted, never
+// the content: the path may name any file on the node.
+func readSignaturePolicy(sig *v1alpha1.ModuleSignatures, readFile func(string) ([]byte, error)) (oci.SignaturePolicy, error) {
 	var p oci.SignaturePolicy
 	for i, k := range sig.PublicKeys {
-		pem, err := inlineOrFile(k, "-----BEGIN")
+		pem, path, err := inlineOrFile(k, "-----BEGIN", readFile)
 		if err != nil {
 			return p, fmt.Errorf("publicKeys[%d]: %w", i, err)
 		}
 		keys, err := oci.ParsePublicKeys(pem)
-		if err != nil {
+		switch {
+		case err != nil && path != "":
+			return p, fmt.Errorf("publicKeys[%d]: %s: no usable PEM PUBLIC KEY block (ECDSA, RSA or Ed25519; the file's content is not shown)", i, path)
+		case err != nil:
 			return p, fmt.Errorf("publicKeys[%d]: %w", i, err)
 		}
 		p.PublicKeys = append(p.PublicKeys, keys...)
 	}
 	if kl := sig.Keyless; kl != nil {
-		root, err := inlineOrFile(kl.TrustedRoot, "{")
+		root, path, err := inlineOrFile(kl.TrustedRoot, "{", readFile)
 		if err != nil {
 			return p, fmt.Errorf("keyless.trustedRoot: %w", err)
 		}
@@ -404,7 +459,11 @@ func signaturePolicy(sig *v1alpha1.ModuleSignatures) (oci.SignaturePolicy, error
 		for i, id := range kl.Identities {
 			ids[i] = oci.Identity{Issuer: id.Issuer, IssuerRegExp: id.IssuerRegExp, Subject: id.Subject, SubjectRegExp: id.SubjectRegExp}
 		}
-		if p.Keyless, err = oci.NewKeylessPolicy(root, ids); err != nil {
+		p.Keyless, err = oci.NewKeylessPolicy(root, ids)
+		switch {
+		case err != nil && path != "" && errors.Is(err, oci.ErrTrustedRoot):
+			return p, fmt.Errorf("keyless.trustedRoot: %s: %w: not a usable Sigstore trusted_root.json (the file's content is not shown)", path, oci.ErrTrustedRoot)
+		case err != nil:
 			return p, fmt.Errorf("keyless: %w", err)
 		}
 	}
@@ -412,12 +471,15 @@ func signaturePolicy(sig *v1alpha1.ModuleSignatures) (oci.SignaturePolicy, error
 }
 
 // inlineOrFile returns v itself when it holds marker (inline content),
-// else the file at path v.
-func inlineOrFile(v, marker string) ([]byte, error) {
+// else the content of the file at path v, read with readFile, and the
+// path.
+func inlineOrFile(v, marker string, readFile func(string) ([]byte, error)) (data []byte, path string, err error) {
 	if strings.Contains(v, marker) {
-		return []byte(v), nil
+		return []byte(v), "", nil
 	}
-	return os.ReadFile(strings.TrimSpace(v))
+	path = strings.TrimSpace(v)
+	data, err = readFile(path)
+	return data, path, err
 }
 
 // watchConfigFile returns a function that blocks until ctx is done (nil)

@@ -14,6 +14,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/chain"
 	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/internal/localfile"
 	"github.com/wasp-proxy/wasp/internal/modbuild"
 )
 
@@ -173,7 +174,7 @@ annotations. It prints the reference pinned by digest, the one to give
 wasp run --module.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			wasm, err := os.ReadFile(args[0])
+			wasm, err := chain.Read(args[0])
 			if err != nil {
 				return err
 			}
@@ -325,7 +326,7 @@ it resolved to is signed and printed. Keyless signing needs an OIDC identity
 and Sigstore's services: use cosign.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := os.ReadFile(key)
+			data, err := localfile.Read(key, localfile.MaxKeyFileSize)
 			if err != nil {
 				return err
 			}
@@ -461,7 +462,7 @@ func (t *trustFlags) policy() (oci.SignaturePolicy, error) {
 	if t.trustedRoot == "" {
 		return p, errors.New("--certificate-identity and --certificate-oidc-issuer need --trusted-root")
 	}
-	root, err := os.ReadFile(t.trustedRoot)
+	root, err := localfile.Read(t.trustedRoot, localfile.MaxKeyFileSize)
 	if err != nil {
 		return p, err
 	}
@@ -476,7 +477,7 @@ func (t *trustFlags) policy() (oci.SignaturePolicy, error) {
 func readPublicKeys(files []string) ([]crypto.PublicKey, error) {
 	var keys []crypto.PublicKey
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := localfile.Read(f, localfile.MaxKeyFileSize)
 		if err != nil {
 			return nil, err
 		}

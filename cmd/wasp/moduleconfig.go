@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/wasp-proxy/wasp/abi"
 	"github.com/wasp-proxy/wasp/host/chain"
+	"github.com/wasp-proxy/wasp/internal/localfile"
 )
 
 // configFlagUsage documents --config of the module commands.
@@ -57,7 +57,7 @@ func moduleFlagSpecs(modules, configs []string) ([]chain.Spec, error) {
 // readModuleConfig reads a module's configuration file, YAML or JSON, as
 // JSON; it must hold an object.
 func readModuleConfig(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	b, err := localfile.Read(path, maxConfigFileSize)
 	if err != nil {
 		return nil, err
 	}

@@ -49,9 +49,9 @@ func TestModuleTestCommand(t *testing.T) {
 	}
 }
 
-// TestModuleSpecKeys: a module's public keys and trusted root are read inline or from a
-// file; a missing file is an error naming the key.
-func TestModuleSpecKeys(t *testing.T) {
+// publicKeyPEM returns a new ECDSA key and its public key as a PEM block.
+func publicKeyPEM(t *testing.T) (*ecdsa.PrivateKey, string) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +60,13 @@ func TestModuleSpecKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	block := string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+	return key, string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+}
+
+// TestModuleSpecKeys: a module's public keys and trusted root are read inline or from a
+// file; a missing file is an error naming the key.
+func TestModuleSpecKeys(t *testing.T) {
+	key, block := publicKeyPEM(t)
 	file := filepath.Join(t.TempDir(), "key.pem")
 	if err := os.WriteFile(file, []byte(block), 0o644); err != nil {
 		t.Fatal(err)
@@ -78,11 +84,17 @@ func TestModuleSpecKeys(t *testing.T) {
 	if spec, err = moduleSpec(c.Modules[0], global); err != nil || len(spec.Signatures) != 2 || len(spec.Signatures[0].PublicKeys) != 1 {
 		t.Fatalf("moduleSpec with a node-wide policy: %+v, %v", spec.Signatures, err)
 	}
-	// ... for oci:// modules only.
+	// ... for every module but a builtin one: a file module gets the
+	// policy too, which makes it fail to load (host/chain).
 	file2 := c.Modules[0]
 	file2.Source, file2.Signatures = "file:///etc/wasp/m.wasm", nil
-	if spec, err = moduleSpec(file2, global); err != nil || len(spec.Signatures) != 0 {
+	if spec, err = moduleSpec(file2, global); err != nil || len(spec.Signatures) != 1 {
 		t.Fatalf("moduleSpec of a file module with a node-wide policy: %+v, %v", spec.Signatures, err)
+	}
+	builtin := c.Modules[0]
+	builtin.Source = "builtin:selection"
+	if spec, err = moduleSpec(builtin, global); err != nil || len(spec.Signatures) != 0 {
+		t.Fatalf("moduleSpec of a builtin module with a node-wide policy: %+v, %v", spec.Signatures, err)
 	}
 
 	// Keyless: the trusted root inline or from a file.
@@ -106,6 +118,78 @@ func TestModuleSpecKeys(t *testing.T) {
 	c.Modules[0].Signatures = &v1alpha1.ModuleSignatures{PublicKeys: []string{filepath.Join(t.TempDir(), "gone.pem")}}
 	if _, err := moduleSpec(c.Modules[0]); err == nil || !strings.Contains(err.Error(), "signatures.publicKeys[0]") {
 		t.Fatalf("a missing key file: %v, want an error naming signatures.publicKeys[0]", err)
+	}
+}
+
+// TestCatalogSpecFiles: a ServiceProxyModule names files only under the
+// node's moduleFileDirectories (none by default), for its source, keys and
+// trusted root alike; a file's bad content is refused without a byte of
+// it in the error; a device is refused unread.
+func TestCatalogSpecFiles(t *testing.T) {
+	_, block := publicKeyPEM(t)
+	allowed, outside := t.TempDir(), t.TempDir()
+	write := func(dir, name, content string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	keyIn, keyOut := write(allowed, "key.pem", block), write(outside, "key.pem", block)
+	secret := write(allowed, "secret", "root:x:0:0:root:/root:/bin/bash\n")
+	ref := "oci://r.example/m@sha256:" + strings.Repeat("a", 64)
+	module := func(source string, keys ...string) v1alpha1.ModuleConfiguration {
+		m := v1alpha1.ModuleConfiguration{Stage: "endpoint-selection", Source: source}
+		if len(keys) > 0 {
+			m.Signatures = &v1alpha1.ModuleSignatures{PublicKeys: keys}
+		}
+		c := &v1alpha1.WaspConfiguration{Modules: []v1alpha1.ModuleConfiguration{m}}
+		config.Default(c)
+		return c.Modules[0]
+	}
+	tests := []struct {
+		name    string
+		module  v1alpha1.ModuleConfiguration
+		dirs    []string
+		wantErr string // "" for none
+	}{
+		{name: "file source, no directory allowed", module: module("file://" + filepath.Join(allowed, "m.wasm")), wantErr: "source: " + filepath.Join(allowed, "m.wasm")},
+		{name: "file source in an allowed directory", module: module("file://" + keyIn), dirs: []string{allowed}},
+		{name: "file source outside", module: module("file:///etc/passwd"), dirs: []string{allowed}, wantErr: "source: /etc/passwd: not under an allowed directory"},
+		{name: "inline key", module: module(ref, block)},
+		{name: "key file, no directory allowed", module: module(ref, keyIn), wantErr: "signatures.publicKeys[0]: " + keyIn + ": not under an allowed directory"},
+		{name: "key file in an allowed directory", module: module(ref, keyIn), dirs: []string{allowed}},
+		{name: "key file outside", module: module(ref, keyOut), dirs: []string{allowed}, wantErr: "not under an allowed directory"},
+		{name: "not a key", module: module(ref, secret), dirs: []string{allowed}, wantErr: "signatures.publicKeys[0]: " + secret + ": no usable PEM PUBLIC KEY block"},
+		{name: "a device", module: module(ref, "/dev/zero"), dirs: []string{"/dev"}, wantErr: "/dev/zero: not a regular file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := catalogSpec(tc.module, tc.dirs)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.wantErr)
+			}
+			if strings.Contains(err.Error(), "bash") {
+				t.Errorf("the error holds the file's content: %v", err)
+			}
+		})
+	}
+
+	// A trusted root file that is no trusted root: the error says so,
+	// without the parser's quote of the content.
+	m := module(ref)
+	m.Signatures = &v1alpha1.ModuleSignatures{Keyless: &v1alpha1.KeylessSignatures{TrustedRoot: secret,
+		Identities: []v1alpha1.CertificateIdentity{{Issuer: "https://issuer.example.com", Subject: "ops@example.com"}}}}
+	_, err := catalogSpec(m, []string{allowed})
+	if !errors.Is(err, oci.ErrTrustedRoot) || strings.Contains(err.Error(), "root:x") || strings.Contains(err.Error(), "bash") {
+		t.Fatalf("a trusted root file of another content: %v", err)
 	}
 }
 

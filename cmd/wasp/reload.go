@@ -36,8 +36,11 @@ type moduleReloader struct {
 	rt    *runtime.Runtime
 	specs []chain.Spec // of the configuration: --module or the config file
 	// signatures are the node-wide signature policies, which the
-	// ServiceProxyModules' oci:// modules must satisfy too.
+	// ServiceProxyModules' modules must satisfy too.
 	signatures []oci.SignaturePolicy
+	// fileDirs are the directories whose files ServiceProxyModules may
+	// name (moduleFileDirectories); none: no file.
+	fileDirs []string
 	// swap hands a loaded chain's modules to the proxy; done as
 	// proxy.SetModules's.
 	swap func(mods [len(abi.Stages) + 1]pipeline.Module, policies [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(applied bool))
@@ -120,7 +123,7 @@ func (r *moduleReloader) wanted(leaveOut map[abi.Stage]bool) ([]chain.Spec, erro
 	}
 	for stage, c := range r.catalog {
 		if !leaveOut[stage] {
-			spec, err := moduleSpec(c.Module, r.signatures...)
+			spec, err := catalogSpec(c.Module, r.fileDirs, r.signatures...)
 			if err != nil {
 				return nil, fmt.Errorf("ServiceProxyModule %q: %w", c.Object, err)
 			}

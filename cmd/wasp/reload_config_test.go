@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,7 @@ func TestReloadConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newModuleReloader(rt, nil, first)
+	r.fileDirs = []string{filepath.Dir(path)} // the objects name a module file
 	defer r.close()
 	swaps := 0
 	r.swap = func(_ [len(abi.Stages) + 1]pipeline.Module, _ [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(bool)) {

@@ -142,6 +142,7 @@ func TestReloaderFailurePolicy(t *testing.T) {
 		t.Fatalf("chain.Load: failure policy %s, want the spec's Builtin", first.Policies[stage])
 	}
 	r := newModuleReloader(rt, specs, first)
+	r.fileDirs = []string{dir} // the objects name module files
 	defer r.close()
 	type swap struct {
 		digest string

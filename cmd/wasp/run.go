@@ -126,6 +126,7 @@ type runFlags struct {
 	modules                      []string
 	moduleKeys                   []string // --module-public-key
 	moduleTrustedRoot            string
+	moduleFileDirs               []string // --module-file-directory
 	moduleIdentity, moduleIssuer string
 	cacheDir                     string
 	proxyMode                    string
@@ -164,6 +165,7 @@ func (f *runFlags) add(cmd *cobra.Command) {
 	fs.StringSliceVar(&f.ipFamilies, "ip-families", nil, "the IP families to proxy: ipv4, ipv6 or both (default: as ipFamilyPolicy says, from the node's primary IPs); also with --config")
 	fs.StringArrayVar(&f.modules, "module", nil, "STAGE=SOURCE: run a module instead of the builtin one (repeatable); SOURCE is builtin:NAME, file:///PATH, oci://REPO@sha256:DIGEST or a path")
 	fs.StringArrayVar(&f.moduleKeys, "module-public-key", nil, "PEM public key file: every oci:// module must carry a signature by one of these keys, or a keyless one --module-certificate-identity trusts (repeatable)")
+	fs.StringArrayVar(&f.moduleFileDirs, "module-file-directory", nil, "directory of the node whose files ServiceProxyModules may name (file:// sources, key and trusted root files); none: they may name no file (repeatable)")
 	fs.StringVar(&f.moduleTrustedRoot, "module-trusted-root", "", "Sigstore trusted root (trusted_root.json) for keyless module signatures")
 	fs.StringVar(&f.moduleIdentity, "module-certificate-identity", "", "keyless: the identity (email or URI) whose signature every oci:// module must carry; with --module-certificate-oidc-issuer and --module-trusted-root")
 	fs.StringVar(&f.moduleIssuer, "module-certificate-oidc-issuer", "", "keyless: that identity's OIDC issuer")
@@ -494,7 +496,7 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		return err
 	}
 	rl := newModuleReloader(rt, c.specs, ch)
-	rl.signatures = c.moduleSignatures
+	rl.signatures, rl.fileDirs = c.moduleSignatures, c.config.ModuleFileDirectories
 	defer rl.close()
 
 	mx.SetChain(ch)

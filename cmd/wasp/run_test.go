@@ -27,6 +27,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
 	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/internal/sigstoretest"
+	"github.com/wasp-proxy/wasp/modules"
 )
 
 // Test address plan: the bundled sample cluster's (examples/cluster), node-a
@@ -481,6 +482,7 @@ var configFlagArgs = map[string]string{
 	"conntrack-udp-timeout": "1s", "conntrack-udp-timeout-stream": "1s", "module": "topology=builtin:topology",
 	"module-public-key": "/etc/wasp/release.pub", "module-trusted-root": "/etc/wasp/trusted_root.json",
 	"module-certificate-identity": "release@example.com", "module-certificate-oidc-issuer": "https://issuer.example.com",
+	"module-file-directory": "/etc/wasp/modules",
 }
 
 // loadWritten loads what --write-config-to wrote.
@@ -633,7 +635,8 @@ func TestRunConfigPrecedence(t *testing.T) {
 			"module signatures": got.ModuleSignatures != nil && reflect.DeepEqual(got.ModuleSignatures.PublicKeys, []string{pub}) &&
 				got.ModuleSignatures.Keyless != nil && got.ModuleSignatures.Keyless.TrustedRoot == root &&
 				reflect.DeepEqual(got.ModuleSignatures.Keyless.Identities, []v1alpha1.CertificateIdentity{{Issuer: "https://issuer.example.com", Subject: "release@example.com"}}),
-			"hostname-override": got.HostnameOverride == "node-a",
+			"hostname-override":     got.HostnameOverride == "node-a",
+			"module-file-directory": reflect.DeepEqual(got.ModuleFileDirectories, []string{"/etc/wasp/modules"}),
 		} {
 			if !ok {
 				t.Errorf("%s not in the configuration: %+v", name, got)
@@ -747,5 +750,30 @@ func TestRunModuleFailurePolicyAtStart(t *testing.T) {
 	_, err = execute(t, fe.env(), synced, "run", "--config", file("Builtin"), "--source", sample(t), "--hostname-override", "node-a")
 	if err != nil || !synced() {
 		t.Fatalf("Builtin: %v (synced %v), want wasp running on the builtin module", err, synced())
+	}
+}
+
+// TestRunUnsignedModuleFile: with a node-wide public key, an unsigned
+// module file does not load; wasp says why and programs nothing.
+func TestRunUnsignedModuleFile(t *testing.T) {
+	wasm, err := modules.Wasm("selection")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := writeFile(t, "selection.wasm", string(wasm))
+	_, pub := writeKeyPair(t, t.TempDir(), "release")
+	fe := newFakeEnv()
+	synced := func() bool { // wasp running: the module loaded
+		b := fe.backend(backends.IPv4)
+		return b != nil && b.Counts().Syncs > 0
+	}
+	_, err = execute(t, fe.env(), synced, "run", "--source", sample(t), "--hostname-override", "node-a",
+		"--healthz-bind-address", "", "--metrics-bind-address", "",
+		"--module", "endpoint-selection="+path, "--module-public-key", pub)
+	if !errors.Is(err, chain.ErrUnsignedFile) {
+		t.Fatalf("got %v, want ErrUnsignedFile", err)
+	}
+	if len(fe.backends) != 0 {
+		t.Errorf("backends opened: %v", fe.backends)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -157,6 +158,11 @@ func Validate(c *v1alpha1.WaspConfiguration) (Warnings, field.ErrorList) {
 	errs = append(errs, validateModules(c.Modules, field.NewPath("modules"))...)
 	if sig := c.ModuleSignatures; sig != nil {
 		errs = append(errs, validateSignatures(sig, field.NewPath("moduleSignatures"))...)
+	}
+	for i, d := range c.ModuleFileDirectories {
+		if !strings.HasPrefix(d, "/") || path.Clean(d) != d {
+			errs = append(errs, field.Invalid(field.NewPath("moduleFileDirectories").Index(i), d, "must be a clean absolute path, e.g. /etc/wasp/modules"))
+		}
 	}
 	return w, errs
 }

@@ -190,6 +190,12 @@ func TestValidateErrors(t *testing.T) {
 			c.Modules[0].Source = "oci://registry.example/m@sha256:" + strings.Repeat("a", 64)
 			c.Modules[0].Signatures = &v1alpha1.ModuleSignatures{Keyless: &v1alpha1.KeylessSignatures{TrustedRoot: "/etc/wasp/trusted_root.json"}}
 		}, []string{`modules[0].signatures.keyless.identities: Required value`}},
+		{"module file directories", func(c *v1alpha1.WaspConfiguration) {
+			c.ModuleFileDirectories = []string{"/etc/wasp/modules", "modules", "/etc/wasp/../etc"}
+		}, []string{
+			`moduleFileDirectories[1]: Invalid value: "modules": must be a clean absolute path`,
+			`moduleFileDirectories[2]: Invalid value: "/etc/wasp/../etc": must be a clean absolute path`,
+		}},
 		{"every problem", func(c *v1alpha1.WaspConfiguration) {
 			c.Mode, c.NFTables.MasqueradeBit, c.Modules[0].Stage = "ipvs", ptr[int32](40), "routing"
 		}, []string{"mode: ", "nftables.masqueradeBit: ", "modules[0].stage: "}},

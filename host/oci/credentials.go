@@ -2,11 +2,13 @@ package oci
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
 
 	"oras.land/oras-go/v2/registry/remote/credentials"
 	"sigs.k8s.io/yaml"
+
+	"github.com/wasp-proxy/wasp/internal/localfile"
 )
 
 // pullSecret is the part of a Kubernetes Secret of type
@@ -21,7 +23,7 @@ type pullSecret struct {
 // .dockerconfigjson as mounted from a secret volume (the same format), or a
 // Secret object in JSON or YAML.
 func loadCredentialFile(path string) (credentials.Store, error) {
-	data, err := os.ReadFile(path)
+	data, err := localfile.Read(path, localfile.MaxKeyFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("registry credentials: %w", err)
 	}
@@ -42,18 +44,20 @@ func dockerConfigJSON(data []byte) ([]byte, error) {
 		Kind  string          `json:"kind"`
 		Auths json.RawMessage `json:"auths"`
 	}
+	// The parsers' errors quote the text they choke on: a secret.
+	errSyntax := errors.New("not JSON or YAML (the file's content is not shown)")
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
-		return nil, err
+		return nil, errSyntax
 	}
 	if err := json.Unmarshal(js, &probe); err != nil {
-		return nil, err
+		return nil, errSyntax
 	}
 	switch {
 	case probe.Kind == "Secret":
 		var s pullSecret
 		if err := json.Unmarshal(js, &s); err != nil {
-			return nil, err
+			return nil, errors.New("not a Kubernetes Secret (the file's content is not shown)")
 		}
 		if v, ok := s.StringData[".dockerconfigjson"]; ok {
 			return []byte(v), nil

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -97,13 +98,24 @@ func kind(m os.FileMode) string {
 // Within returns path with its symbolic links resolved if that names a
 // file under one of dirs (a link under an allowed directory that leads
 // out of it is refused), and an error wrapping ErrOutside if it does not.
-// Read the path it returns, not path, to read what was checked. path and dirs must be absolute; dirs that do not exist
-// allow nothing.
+// Read the path it returns, not path, to read what was checked. path and
+// dirs must be absolute. A path outside every directory is refused
+// before the file system is asked anything about it: the error says
+// nothing of whether it exists.
 func Within(path string, dirs []string) (string, error) {
 	if !filepath.IsAbs(path) {
 		return "", fmt.Errorf("%s: not an absolute path", path)
 	}
 	path = filepath.Clean(path)
+	outside := func() error {
+		if len(dirs) == 0 {
+			return fmt.Errorf("%s: %w: none is allowed", path, ErrOutside)
+		}
+		return fmt.Errorf("%s: %w (%s)", path, ErrOutside, strings.Join(dirs, ", "))
+	}
+	if !slices.ContainsFunc(dirs, func(d string) bool { return filepath.IsAbs(d) && under(path, filepath.Clean(d)) }) {
+		return "", outside()
+	}
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return "", err
@@ -112,18 +124,11 @@ func Within(path string, dirs []string) (string, error) {
 		if !filepath.IsAbs(d) {
 			continue
 		}
-		rd, err := filepath.EvalSymlinks(filepath.Clean(d))
-		if err != nil {
-			continue
-		}
-		if under(real, rd) {
+		if rd, err := filepath.EvalSymlinks(filepath.Clean(d)); err == nil && under(real, rd) {
 			return real, nil
 		}
 	}
-	if len(dirs) == 0 {
-		return "", fmt.Errorf("%s: %w: none is allowed", path, ErrOutside)
-	}
-	return "", fmt.Errorf("%s: %w (%s)", path, ErrOutside, strings.Join(dirs, ", "))
+	return "", outside()
 }
 
 // under reports whether path is dir or lies below it; both clean.

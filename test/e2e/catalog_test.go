@@ -39,7 +39,8 @@ func testServiceProxyModule(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 
-	w := s.env.StartWasp(t)
+	// The objects name module files: allowed under the test's directory.
+	w := s.env.StartWasp(t, "--module-file-directory", s.env.Dir)
 	defer w.Stop()
 	pid := w.Pid()
 	_, spread := heavyService(t, s, "catalog")

@@ -85,11 +85,20 @@ type WaspConfiguration struct {
 	// Modules replace the builtin module of a stage, at most one per
 	// stage. Stages not listed run their builtin module.
 	Modules []ModuleConfiguration `json:"modules,omitempty"`
-	// ModuleSignatures, when set, make every oci:// module (of this file
-	// and of ServiceProxyModule objects) load only with a signature it
-	// trusts, in addition to the module's own signatures section (fail
-	// closed).
+	// ModuleSignatures, when set, make every module (of this file and of
+	// ServiceProxyModule objects) load only with a signature it trusts, in
+	// addition to the module's own signatures section (fail closed). Only
+	// an oci:// module can carry a signature: with moduleSignatures set, a
+	// file:// module does not load. Builtin modules, part of wasp, load
+	// regardless.
 	ModuleSignatures *ModuleSignatures `json:"moduleSignatures,omitempty"`
+	// ModuleFileDirectories are the directories of the node whose files a
+	// ServiceProxyModule may name: a file:// source, a public key or a
+	// trusted root file. Absolute paths; a file under one of them, once
+	// symbolic links are resolved, is allowed. Empty, the default: a
+	// ServiceProxyModule names no file, its keys and trusted root are
+	// inline. This file's own modules may name any file.
+	ModuleFileDirectories []string `json:"moduleFileDirectories,omitempty"`
 }
 
 // ClientConnectionConfiguration is how wasp talks to the apiserver.
