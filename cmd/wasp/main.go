@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/internal/printable"
 )
 
 // version is the wasp version, the one modules' minHostVersion is checked against.
@@ -23,7 +24,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRootCommand().ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "wasp:", err)
+		// Errors may quote a module's own text.
+		fmt.Fprintln(os.Stderr, "wasp:", printable.String(err.Error()))
 		os.Exit(1)
 	}
 }

@@ -11,11 +11,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/wasp-proxy/wasp/abi/metadata"
 	"github.com/wasp-proxy/wasp/host/chain"
 	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/internal/localfile"
 	"github.com/wasp-proxy/wasp/internal/modbuild"
+	"github.com/wasp-proxy/wasp/internal/printable"
 )
 
 func newModuleCommand() *cobra.Command {
@@ -134,6 +136,7 @@ verify and whose they are (wasp module verify fails when none does).`,
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
 			out.Digest, out.Size, out.Metadata = runtime.Digest(wasm), len(wasm), meta
+			out.escape()
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetIndent("", "  ")
 			return enc.Encode(out)
@@ -196,6 +199,26 @@ wasp run --module.`,
 	}
 	rf.register(cmd, false)
 	return cmd
+}
+
+// escape passes the text the module and its registry wrote through
+// printable.String: JSON escapes control characters, not C1 controls or
+// bidirectional overrides, which a terminal acts on.
+func (in *inspection) escape() {
+	if m, ok := in.Metadata.(*metadata.Metadata); ok && m != nil {
+		c := *m
+		c.Description = printable.String(c.Description)
+		in.Metadata = &c
+	}
+	if len(in.Annotations) > 0 {
+		a := make(map[string]string, len(in.Annotations))
+		for k, v := range in.Annotations {
+			a[printable.String(k)] = printable.String(v)
+		}
+		in.Annotations = a
+	}
+	in.Signatures = printable.String(in.Signatures)
+	in.SignaturesNotListed = printable.String(in.SignaturesNotListed)
 }
 
 func newModulePullCommand() *cobra.Command {

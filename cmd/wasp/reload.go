@@ -20,6 +20,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/internal/printable"
 )
 
 // moduleReloadPeriod is how often the module files are looked at.
@@ -171,13 +172,13 @@ func (r *moduleReloader) applyCatalog(ctx context.Context) {
 		return
 	}
 	r.retry = min(max(2*r.retry, catalogRetryMin), catalogRetryMax)
-	logger.Error(err, "Loading the ServiceProxyModules' chain failed; will retry", "retryIn", r.retry)
+	logger.Error(printable.Error(err), "Loading the ServiceProxyModules' chain failed; will retry", "retryIn", r.retry)
 	b := r.builtinPolicy()
 	if len(b) > 0 {
 		_, swapped, ferr := r.applyWanted(ctx, b, "failure policy Builtin")
 		r.count(metrics.ReloadCatalog, swapped, ferr)
 		if ferr != nil {
-			logger.Error(ferr, "Loading the chain without the failed Builtin-policy modules failed too; the running modules stay")
+			logger.Error(printable.Error(ferr), "Loading the chain without the failed Builtin-policy modules failed too; the running modules stay")
 			b = nil
 		}
 	}
@@ -301,7 +302,7 @@ func (r *moduleReloader) check(ctx context.Context) {
 	_, swapped, err := r.applyWanted(ctx, nil, "module files changed")
 	r.count(metrics.ReloadFiles, swapped, err)
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Module reload failed; the running modules stay")
+		klog.FromContext(ctx).Error(printable.Error(err), "Module reload failed; the running modules stay")
 	}
 }
 

@@ -42,6 +42,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/host/snapshot"
 	"github.com/wasp-proxy/wasp/host/state"
+	"github.com/wasp-proxy/wasp/internal/printable"
 )
 
 // env is what wasp run and wasp cleanup touch outside the process: the
@@ -631,7 +632,7 @@ func loadStartChain(ctx context.Context, l chain.Loader, c *runConfig) (*chain.C
 			kept = append(kept, s)
 		}
 	}
-	klog.FromContext(ctx).Error(err, "Modules did not load; the stages whose failurePolicy is Builtin start on the builtin module")
+	klog.FromContext(ctx).Error(printable.Error(err), "Modules did not load; the stages whose failurePolicy is Builtin start on the builtin module")
 	ch, ferr := l.Load(ctx, kept)
 	if ferr != nil {
 		return nil, errors.Join(err, ferr)

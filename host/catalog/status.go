@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/wasp-proxy/wasp/internal/printable"
 )
 
 // Phases of a module on a node, in a ServiceProxyModule's status.
@@ -51,22 +53,7 @@ func (w StatusWriter) Set(ctx context.Context, object string, st *NodeStatus) er
 		"metadata": map[string]any{"name": object},
 	}}
 	if st != nil {
-		e := *st
-		e.Node = w.NodeName
-		if e.LastUpdateTime == "" {
-			e.LastUpdateTime = time.Now().UTC().Format(time.RFC3339)
-		}
-		entry := map[string]any{"node": e.Node, "phase": e.Phase, "lastUpdateTime": e.LastUpdateTime}
-		if e.Digest != "" {
-			entry["digest"] = e.Digest
-		}
-		if e.Message != "" {
-			entry["message"] = truncate(e.Message, 1024)
-		}
-		if e.ObservedGeneration != 0 {
-			entry["observedGeneration"] = e.ObservedGeneration
-		}
-		u.Object["status"] = map[string]any{"nodes": []any{entry}}
+		u.Object["status"] = map[string]any{"nodes": []any{statusEntry(*st, w.NodeName)}}
 	}
 	_, err := w.Dynamic.Resource(GVR).ApplyStatus(ctx, object, u, metav1.ApplyOptions{FieldManager: "wasp/" + w.NodeName, Force: true})
 	if err != nil {
@@ -74,6 +61,30 @@ func (w StatusWriter) Set(ctx context.Context, object string, st *NodeStatus) er
 	}
 	return nil
 }
+
+// statusEntry is e as node's entry of status.nodes. The message may
+// quote a module (its stderr, its rejection of its configuration): it is
+// escaped for the terminals that show it.
+func statusEntry(e NodeStatus, node string) map[string]any {
+	e.Node = node
+	if e.LastUpdateTime == "" {
+		e.LastUpdateTime = time.Now().UTC().Format(time.RFC3339)
+	}
+	entry := map[string]any{"node": e.Node, "phase": e.Phase, "lastUpdateTime": e.LastUpdateTime}
+	if e.Digest != "" {
+		entry["digest"] = e.Digest
+	}
+	if e.Message != "" {
+		entry["message"] = truncate(printable.String(e.Message), maxStatusMessage)
+	}
+	if e.ObservedGeneration != 0 {
+		entry["observedGeneration"] = e.ObservedGeneration
+	}
+	return entry
+}
+
+// maxStatusMessage bounds a status entry's message, as an Event's.
+const maxStatusMessage = 1024
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +32,7 @@ import (
 	"github.com/wasp-proxy/wasp/abi"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/internal/printable"
 )
 
 // Event reasons.
@@ -144,10 +146,7 @@ func (r *Recorder) send(k key, stage string, format string, args ...any) {
 	if !r.allow(k) {
 		return
 	}
-	msg := fmt.Sprintf(format, args...)
-	if len(msg) > maxMessage {
-		msg = msg[:maxMessage-3] + "..."
-	}
+	msg := message(fmt.Sprintf(format, args...))
 	annotations := map[string]string{}
 	for name, v := range map[string]string{AnnotationModule: k.module, AnnotationStage: stage, AnnotationFailureReason: k.failure} {
 		if v != "" {
@@ -193,10 +192,7 @@ func (r *Recorder) ModuleLoadFailed(err error) {
 // a Recorder's asynchronous sending would not outlive. It is the one Event
 // an operator sees for a DaemonSet pod that crash-loops on a bad ConfigMap.
 func SendConfigRejected(ctx context.Context, client kubernetes.Interface, nodeName string, err error) error {
-	msg := fmt.Sprintf("configuration rejected, nothing of it applied: %v", err)
-	if len(msg) > maxMessage {
-		msg = msg[:maxMessage-3] + "..."
-	}
+	msg := message(fmt.Sprintf("configuration rejected, nothing of it applied: %v", err))
 	now := metav1.NewTime(time.Now())
 	ev := &v1.Event{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: nodeName + ".", Namespace: metav1.NamespaceDefault},
@@ -214,6 +210,16 @@ func SendConfigRejected(ctx context.Context, client kubernetes.Interface, nodeNa
 	}
 	_, err = client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{})
 	return err
+}
+
+// message is an Event's message of s: module text in it (stderr, error
+// records, rejections) escaped, at most maxMessage bytes.
+func message(s string) string {
+	s = printable.String(s)
+	if len(s) > maxMessage {
+		s = strings.ToValidUTF8(s[:maxMessage-3], "") + "..."
+	}
+	return s
 }
 
 // failureReason returns the runtime.Reason of a module failure, "other"

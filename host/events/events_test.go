@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -137,5 +138,33 @@ func TestSendConfigRejected(t *testing.T) {
 	if e.Reason != ReasonConfigRejected || e.Type != v1.EventTypeWarning || e.InvolvedObject.Kind != "Node" ||
 		e.InvolvedObject.Name != "node-a" || !strings.Contains(e.Message, "nftables.masqueradeBit") {
 		t.Errorf("Event %+v; want a Warning ConfigRejected about Node node-a naming the field", e)
+	}
+}
+
+// TestEventEscapesModuleText: a module's stderr and error text reach an
+// Event with their terminal escapes escaped, and a long message is cut
+// on a character boundary.
+func TestEventEscapesModuleText(t *testing.T) {
+	client := fake.NewClientset()
+	r := newRecorder(client, "node-a", clocktesting.NewFakeClock(time.Now()), time.Minute)
+	defer r.Close()
+	mod, stage := "file:///m.wasm", abi.StageTopology
+	err := &runtime.CallError{Module: mod, Stage: stage, Reason: runtime.ReasonModuleError,
+		Err: errors.New("declined \x1b]0;owned\a\u202e"), Stderr: "panic: \x1b[2J\x1b[Hmarker-esc"}
+	r.ModuleCallFailed(mod, stage, err)
+	r.ConfigRejected(errors.New("marker-long " + strings.Repeat("é", maxMessage)))
+	events := sent(t, client, "marker-long")
+	var msgs []string
+	for _, e := range events {
+		msgs = append(msgs, e.Message)
+		if strings.ContainsAny(e.Message, "\x1b\a\u202e") || !utf8.ValidString(e.Message) || len(e.Message) > maxMessage {
+			t.Errorf("Event message %q holds control characters, is not UTF-8 or is longer than %d", e.Message, maxMessage)
+		}
+	}
+	joined := strings.Join(msgs, "\n")
+	for _, want := range []string{`declined \x1b]0;owned\a\u202e`, `(stderr: panic: \x1b[2J\x1b[Hmarker-esc)`} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("no Event message holds %q:\n%s", want, joined)
+		}
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/model"
 	"github.com/wasp-proxy/wasp/host/objects"
 	"github.com/wasp-proxy/wasp/host/pipeline"
+	"github.com/wasp-proxy/wasp/internal/printable"
 )
 
 // Document is the explanation of one service port.
@@ -87,7 +88,7 @@ func document(sp *model.ServicePort, r pipeline.Result) Document {
 		d.IPFamily = string(v1.IPv4Protocol)
 	}
 	if r.Err != nil {
-		d.Error = r.Err.Error()
+		d.Error = printable.String(r.Err.Error()) // the module's text, for a terminal
 	}
 	d.ClusterEndpoints = targets(r.Endpoints, r.Cluster)
 	d.LocalEndpoints = targets(r.Endpoints, r.Local)

@@ -61,6 +61,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/objects"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/internal/printable"
 )
 
 // Kind and APIVersion of a scenario file.
@@ -419,10 +420,10 @@ func Report(w io.Writer, results []Result) error {
 		failed++
 		fmt.Fprintf(w, "FAIL %s\n", r.Case)
 		if r.Err != nil {
-			fmt.Fprintf(w, "    %v\n", r.Err)
+			fmt.Fprintf(w, "    %s\n", printable.String(r.Err.Error()))
 		}
 		for _, m := range r.Mismatches {
-			fmt.Fprintf(w, "    %s\n", m)
+			fmt.Fprintf(w, "    %s\n", printable.String(m))
 		}
 	}
 	fmt.Fprintf(w, "%d passed, %d failed\n", passed, failed)
