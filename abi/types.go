@@ -32,9 +32,10 @@ const MaxConfigLen = 1 << 20
 const MaxConfigErrorLen = 4096
 
 // MaxModuleSize bounds a module's binary, wherever it comes from: a
-// file, a registry, an archive. It is the one place this limit is set;
-// a larger one is refused as it is read, before it is compiled.
-const MaxModuleSize = 64 << 20
+// file, a registry, an archive. A larger one is refused as it is read,
+// before it is compiled; it is also the largest module the host's
+// compile limits accept by default.
+const MaxModuleSize = 32 << 20
 
 // MetadataSection is the name of the custom section that carries a module's
 // Metadata as JSON.
