@@ -289,13 +289,21 @@ func Inspect(wasm []byte) (*metadata.Metadata, error) {
 
 func checkSignatures(c wazero.CompiledModule, meta *metadata.Metadata) error {
 	fns := c.ExportedFunctions()
+	// names renders value types as the text format writes them: (i32, i64).
+	names := func(ts []api.ValueType) string {
+		s := make([]string, len(ts))
+		for i, t := range ts {
+			s[i] = api.ValueTypeName(t)
+		}
+		return "(" + strings.Join(s, ", ") + ")"
+	}
 	check := func(name string, params, results []api.ValueType) error {
 		f, ok := fns[name]
 		if !ok {
 			return fmt.Errorf("export %q is not a function", name)
 		}
 		if !equalTypes(f.ParamTypes(), params) || !equalTypes(f.ResultTypes(), results) {
-			return fmt.Errorf("export %q has signature %v -> %v, want %v -> %v", name, f.ParamTypes(), f.ResultTypes(), params, results)
+			return fmt.Errorf("export %q has signature %s -> %s, want %s -> %s", name, names(f.ParamTypes()), names(f.ResultTypes()), names(params), names(results))
 		}
 		return nil
 	}
