@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto"
 	"encoding/json"
 	"errors"
@@ -88,7 +89,9 @@ func newModuleInspectCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "inspect FILE|oci://REF",
 		Short: "Print a module's ABI version, stages, metadata and digests",
-		Long: `inspect checks a module and prints what it declares. SOURCE is a file,
+		Long: `inspect loads a module as wasp run does (ABI marker, imports, metadata,
+exports and their signatures, compilation, initialisation), refuses one
+that would not load, and prints what it declares. SOURCE is a file,
 builtin:NAME or oci://REGISTRY/REPOSITORY with @sha256:DIGEST or :TAG; for
 a tag it prints the digest to pin the module by. With --key, or the keyless
 flags of wasp module verify, it reports whether the module's signatures
@@ -131,9 +134,9 @@ verify and whose they are (wasp module verify fails when none does).`,
 					return err
 				}
 			}
-			meta, err := runtime.Inspect(wasm)
+			meta, err := checkLoads(cmd.Context(), args[0], wasm)
 			if err != nil {
-				return fmt.Errorf("%s: %w", args[0], err)
+				return err
 			}
 			out.Digest, out.Size, out.Metadata = runtime.Digest(wasm), len(wasm), meta
 			out.escape()
@@ -171,7 +174,9 @@ func newModulePushCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "push FILE oci://REGISTRY/REPOSITORY[:TAG]",
 		Short: "Push a module to a registry as an OCI artifact",
-		Long: `push checks the module (ABI marker, metadata, stage exports) and uploads it
+		Long: `push loads the module as wasp run does (ABI marker, imports, metadata,
+exports and their signatures, compilation, initialisation), refuses one
+that would not load, and uploads it
 as an OCI artifact in the CNCF Wasm layout, its metadata in the manifest
 annotations. It prints the reference pinned by digest, the one to give
 wasp run --module.`,
@@ -181,9 +186,9 @@ wasp run --module.`,
 			if err != nil {
 				return err
 			}
-			meta, err := runtime.Inspect(wasm)
+			meta, err := checkLoads(cmd.Context(), args[0], wasm)
 			if err != nil {
-				return fmt.Errorf("%s: %w", args[0], err)
+				return err
 			}
 			c, err := rf.client(false)
 			if err != nil {
@@ -199,6 +204,29 @@ wasp run --module.`,
 	}
 	rf.register(cmd, false)
 	return cmd
+}
+
+// checkLoads loads wasm as wasp run does, under name, in a runtime of its
+// own without a cache, and returns its metadata: runtime.Inspect's
+// checks, then the export signatures, compilation, instantiation and
+// initialisation, which a module that passes Inspect may still fail. A
+// module that rejects having no configuration passed all of them, and is
+// accepted: its configuration is the node's to give.
+func checkLoads(ctx context.Context, name string, wasm []byte) (*metadata.Metadata, error) {
+	rt, err := runtime.New(runtime.Config{})
+	if err != nil {
+		return nil, err
+	}
+	defer rt.Close(ctx)
+	m, err := rt.Load(ctx, name, wasm, runtime.Limits{})
+	switch {
+	case errors.Is(err, runtime.ErrConfigRejected):
+		return runtime.Inspect(wasm)
+	case err != nil:
+		return nil, err
+	}
+	defer m.Close()
+	return m.Metadata, nil
 }
 
 // escape passes the text the module and its registry wrote through

@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/wasp-proxy/wasp/abi"
 	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/internal/ocitest"
 	"github.com/wasp-proxy/wasp/modules"
@@ -113,4 +115,56 @@ func TestModuleRegistry(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// unloadable returns a module that passes runtime.Inspect, every export it
+// needs present by name, but cannot load: they are all one function of
+// type () -> ().
+func unloadable(t *testing.T) []byte {
+	t.Helper()
+	sec := func(id byte, payload ...byte) []byte { return append([]byte{id, byte(len(payload))}, payload...) }
+	name := func(s string) []byte { return append([]byte{byte(len(s))}, s...) }
+	exports := []byte{4}
+	for _, e := range []string{abi.MarkerExport, abi.BufferExport, "memory", abi.StageTopology.Export()} {
+		exports = append(exports, name(e)...)
+		exports = append(exports, 0, 0) // function 0
+	}
+	meta := append(name(abi.MetadataSection), `{"name":"unloadable","version":"0.0.1","abi":1,"stages":["topology"]}`...)
+	b := []byte{0, 'a', 's', 'm', 1, 0, 0, 0}
+	b = append(b, sec(1, 1, 0x60, 0, 0)...) // type () -> ()
+	b = append(b, sec(3, 1, 0)...)          // one function
+	b = append(b, sec(7, exports...)...)
+	b = append(b, sec(10, 1, 2, 0, 0x0b)...) // its body: end
+	b = append(b, 0, byte(len(meta)))
+	b = append(b, meta...)
+	if _, err := runtime.Inspect(b); err != nil {
+		t.Fatalf("the module does not pass Inspect: %v", err)
+	}
+	return b
+}
+
+// TestModuleUnloadable: inspect and push refuse a module that passes
+// Inspect but cannot load, with the loader's reason, value types by name.
+func TestModuleUnloadable(t *testing.T) {
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	reg := ocitest.New(t)
+	file := filepath.Join(t.TempDir(), "unloadable.wasm")
+	if err := os.WriteFile(file, unloadable(t), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const want = `export "wasp_buffer" has signature () -> (), want (i32) -> (i32)`
+	for _, args := range [][]string{
+		{"module", "inspect", file},
+		{"module", "push", file, "oci://" + reg.Host + "/wasp/unloadable:v1"},
+	} {
+		t.Run(args[1], func(t *testing.T) {
+			out, _, err := run(t, "", args...)
+			if !errors.Is(err, runtime.ErrInvalidModule) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), file) {
+				t.Fatalf("got %v (output %q), want ErrInvalidModule naming %s: %s", err, out, file, want)
+			}
+		})
+	}
+	if _, _, err := run(t, "", "module", "pull", "--allow-tag", "oci://"+reg.Host+"/wasp/unloadable:v1", "-o", filepath.Join(t.TempDir(), "x.wasm")); err == nil {
+		t.Fatal("push pushed the module anyway")
+	}
 }
