@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -92,8 +94,32 @@ func serveCompile(in io.Reader, errOut io.Writer) int {
 // child is killed if it runs past timeout or its resident memory grows
 // past Compile.ChildMemory: unlike a compilation in this process, one in a
 // child can be stopped, and what it takes is given back.
+//
+// A module that compiled in a child once is not compiled in one again:
+// a file under the cache directory, named after the binary and the
+// engine setting of the cache key, records it.
 func (r *Runtime) compileInChild(ctx context.Context, bin []byte, timeout time.Duration) error {
-	req, err := json.Marshal(childRequest{CacheDir: r.cacheDir, CloseOnContextDone: r.cfg.Interrupt == InterruptCloseOnContextDone, Size: len(bin)})
+	closeOnDone := r.cfg.Interrupt == InterruptCloseOnContextDone
+	sum := sha256.Sum256(bin)
+	checked := filepath.Join(r.cacheDir, "checked", fmt.Sprintf("%x-%t", sum, closeOnDone))
+	if _, err := os.Stat(checked); err == nil {
+		return nil
+	}
+	if err := r.runChild(ctx, bin, closeOnDone, timeout); err != nil {
+		return err
+	}
+	// Only an optimisation: a module not recorded compiles in a child
+	// again next time.
+	if err := os.MkdirAll(filepath.Dir(checked), 0o700); err == nil {
+		_ = os.WriteFile(checked, nil, 0o600)
+	}
+	return nil
+}
+
+// runChild compiles bin in a compile child, as compileInChild says.
+func (r *Runtime) runChild(ctx context.Context, bin []byte, closeOnDone bool, timeout time.Duration) error {
+	r.children.Add(1)
+	req, err := json.Marshal(childRequest{CacheDir: r.cacheDir, CloseOnContextDone: closeOnDone, Size: len(bin)})
 	if err != nil {
 		return err
 	}

@@ -167,10 +167,14 @@ func TestIsolatedCompile(t *testing.T) {
 				if !slices.Equal(compiled, []bool{false}) {
 					t.Errorf("Compiled told %v, want [false]", compiled)
 				}
+				if n := runtime.ChildCompiles(r); n != 1 {
+					t.Errorf("%d compile children started, want 1", n)
+				}
 				// The child's machine code is what this process would
-				// compile: a runtime without a child finds it cached.
+				// compile: a runtime finds it cached, and starts no child
+				// for a module compiled in one before.
 				var again []bool
-				r2 := newRuntime(t, runtime.Config{CacheDir: dir, Compiled: func(cached bool) { again = append(again, cached) }})
+				r2 := newRuntime(t, runtime.Config{CacheDir: dir, IsolateCompile: true, Compiled: func(cached bool) { again = append(again, cached) }})
 				m, err := r2.Load(ctx, "isolated", tt.wasm, runtime.Limits{})
 				if err != nil {
 					t.Fatalf("Load again: %v", err)
@@ -178,6 +182,9 @@ func TestIsolatedCompile(t *testing.T) {
 				m.Close()
 				if !slices.Equal(again, []bool{true}) {
 					t.Errorf("Compiled told %v loading again, want [true]", again)
+				}
+				if n := runtime.ChildCompiles(r2); n != 0 {
+					t.Errorf("%d compile children started loading again, want 0", n)
 				}
 				return
 			}

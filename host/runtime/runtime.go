@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -80,6 +81,8 @@ type Runtime struct {
 	// isolate is whether to compile in a child process: IsolateCompile,
 	// with a cacheDir for the child to write to.
 	isolate bool
+	// children counts the compile children started.
+	children atomic.Int64
 }
 
 type compiledKey struct {
