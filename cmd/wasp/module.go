@@ -247,6 +247,14 @@ func (in *inspection) escape() {
 	}
 	in.Signatures = printable.String(in.Signatures)
 	in.SignaturesNotListed = printable.String(in.SignaturesNotListed)
+	found := make([]oci.FoundSignature, len(in.SignaturesFound))
+	for i, f := range in.SignaturesFound {
+		f.Signer, f.Problem = printable.String(f.Signer), printable.String(f.Problem) // unverified, the registry's
+		found[i] = f
+	}
+	if in.SignaturesFound != nil {
+		in.SignaturesFound = found
+	}
 }
 
 func newModulePullCommand() *cobra.Command {

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/abi/metadata"
+	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/internal/ocitest"
 	"github.com/wasp-proxy/wasp/modules"
@@ -166,5 +168,39 @@ func TestModuleUnloadable(t *testing.T) {
 	}
 	if _, _, err := run(t, "", "module", "pull", "--allow-tag", "oci://"+reg.Host+"/wasp/unloadable:v1", "-o", filepath.Join(t.TempDir(), "x.wasm")); err == nil {
 		t.Fatal("push pushed the module anyway")
+	}
+}
+
+// TestInspectionEscaped: the text inspect prints from a module and its
+// registry has its terminal controls escaped, those JSON leaves alone
+// (C1 controls, bidirectional overrides) included.
+func TestInspectionEscaped(t *testing.T) {
+	in := inspection{
+		Metadata:        &metadata.Metadata{Name: "m", Description: "fine\u009b2J\u202eevil"},
+		Annotations:     map[string]string{"org.opencontainers.image.title": "\x1b]0;owned\a"},
+		Signatures:      "not verified: \x1b[31m",
+		SignaturesFound: []oci.FoundSignature{{Layout: "bundle", Signer: "ops\u202e@example.com"}},
+	}
+	in.escape()
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(in); err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Metadata        struct{ Description string }
+		Annotations     map[string]string
+		Signatures      string
+		SignaturesFound []struct{ Signer string }
+	}
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{back.Metadata.Description, back.Annotations["org.opencontainers.image.title"], back.Signatures, back.SignaturesFound[0].Signer} {
+		if strings.ContainsAny(s, "\x1b\a\u009b\u202e") {
+			t.Errorf("%q holds a control character", s)
+		}
+	}
+	if back.Metadata.Description != `fine\u009b2J\u202eevil` {
+		t.Errorf("description %q", back.Metadata.Description)
 	}
 }
