@@ -22,6 +22,7 @@ import (
 //	       runtime's per-call limit) and fails with ReasonTimeout
 //	trap   the whole call fails at once with ReasonTrap
 //	error  the port gets an error record
+//	every-endpoint  (traffic-policy) every set holds every endpoint
 //
 // A port named in fixed behaves, whatever its annotation. It records the
 // ports (by name) of every call.
@@ -85,6 +86,15 @@ func (f *fake) Call(ctx context.Context, stage abi.Stage, input, dst []byte) ([]
 			return dst, &runtime.CallError{Module: "fake", Stage: stage, Reason: runtime.ReasonTrap, Err: errors.New("unreachable")}
 		case "error":
 			w.Error("declined")
+			continue
+		case "every-endpoint":
+			// Every endpoint in every set, whatever its conditions
+			// and node (traffic-policy only).
+			all := make(abi.Indices, len(sp.Endpoints))
+			for k := range all {
+				all[k] = uint32(k)
+			}
+			w.TrafficPolicy(len(all) > 0, all, all, all)
 			continue
 		}
 		var prev abi.Decision

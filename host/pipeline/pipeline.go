@@ -505,6 +505,7 @@ func (p *Pipeline) call(ctx context.Context, w *worker, mod Module, stage abi.St
 	if err != nil {
 		return d, err
 	}
+	g := guardrailsOf(mod)
 	for k, i := range idx {
 		r := &w.res[k]
 		if r.Err != "" {
@@ -513,6 +514,10 @@ func (p *Pipeline) call(ctx context.Context, w *worker, mod Module, stage abi.St
 				kind = "invalid output"
 			}
 			errs[i] = &runtime.CallError{Module: nameOf(mod), Stage: stage, Reason: reasonOf(r), Err: fmt.Errorf("%s: %s", kind, r.Err)}
+			continue
+		}
+		if err := g.check(stage, &sps[i], &r.Decision); err != nil {
+			errs[i] = &runtime.CallError{Module: nameOf(mod), Stage: stage, Reason: runtime.ReasonInvalidOutput, Err: fmt.Errorf("invalid output: %w", err)}
 			continue
 		}
 		// DecodeOutput gives each call fresh index arrays, so the
