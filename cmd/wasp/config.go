@@ -401,6 +401,9 @@ func newModuleSpec(m v1alpha1.ModuleConfiguration, readFile func(string) ([]byte
 	if m.FailurePolicy == v1alpha1.Builtin {
 		spec.FailurePolicy = pipeline.Builtin
 	}
+	if g := m.Guardrails; g != nil {
+		spec.Guardrails = pipeline.Guardrails{AllowNotServing: g.AllowNotServing, AllowRemoteInLocal: g.AllowRemoteInLocal}
+	}
 	builtin := strings.HasPrefix(m.Source, "builtin:") // part of wasp
 	if !builtin {
 		spec.Signatures = append(spec.Signatures, global...)

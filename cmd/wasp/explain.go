@@ -21,6 +21,7 @@ func newExplainCommand() *cobra.Command {
 	var (
 		file, node, output, cacheDir string
 		moduleFlags, configFlags     []string
+		guardrailFlags               []string
 	)
 	cmd := &cobra.Command{
 		Use:   "explain",
@@ -41,6 +42,9 @@ Without -f it explains the bundled sample cluster (examples/cluster/sample.yaml)
 				return fmt.Errorf("--output %q: want json or table", output)
 			}
 			specs, err := moduleFlagSpecs(moduleFlags, configFlags)
+			if err == nil {
+				err = applyGuardrailFlags(specs, guardrailFlags)
+			}
 			if err != nil {
 				return err
 			}
@@ -89,6 +93,7 @@ Without -f it explains the bundled sample cluster (examples/cluster/sample.yaml)
 	cmd.Flags().StringVar(&cacheDir, "cache-dir", defaultCacheDir(), "where compiled modules are cached across runs (\"\" disables the cache)")
 	cmd.Flags().StringArrayVar(&moduleFlags, "module", nil, "STAGE=SOURCE: run a module instead of the builtin one (repeatable); SOURCE is builtin:NAME, file:///PATH or a path")
 	cmd.Flags().StringArrayVar(&configFlags, "config", nil, configFlagUsage)
+	cmd.Flags().StringArrayVar(&guardrailFlags, "guardrails", nil, guardrailsFlagUsage)
 	return cmd
 }
 

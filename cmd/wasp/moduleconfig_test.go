@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/internal/modbuild"
 )
@@ -55,6 +56,55 @@ func TestModuleFlagSpecs(t *testing.T) {
 			for _, s := range specs {
 				if s.Stage == tc.stage && string(s.Config) != tc.want {
 					t.Errorf("stage %s: config %s, want %s", s.Stage, s.Config, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// TestGuardrailFlags: --guardrails relaxes the named guardrails of one
+// --module, which must be a traffic-policy module.
+func TestGuardrailFlags(t *testing.T) {
+	pol, sel := "traffic-policy=a.wasm", "endpoint-selection=b.wasm"
+	tests := []struct {
+		name           string
+		modules, flags []string
+		want           pipeline.Guardrails
+		err            string
+	}{
+		{name: "the only module", modules: []string{pol}, flags: []string{"allowNotServing"}, want: pipeline.Guardrails{AllowNotServing: true}},
+		{name: "by stage, both", modules: []string{sel, pol}, flags: []string{"traffic-policy=allowRemoteInLocal,allowNotServing"},
+			want: pipeline.Guardrails{AllowNotServing: true, AllowRemoteInLocal: true}},
+		{name: "repeated", modules: []string{pol}, flags: []string{"allowNotServing", "allowRemoteInLocal"},
+			want: pipeline.Guardrails{AllowNotServing: true, AllowRemoteInLocal: true}},
+		{name: "none", modules: []string{pol}},
+		{name: "unknown guardrail", modules: []string{pol}, flags: []string{"allowEverything"}, err: `unknown guardrail "allowEverything"`},
+		{name: "another stage", modules: []string{sel}, flags: []string{"allowNotServing"}, err: "only a traffic-policy module"},
+		{name: "no module of the stage", modules: []string{sel}, flags: []string{"traffic-policy=allowNotServing"}, err: "no --module for stage traffic-policy"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			specs, err := moduleFlagSpecs(tc.modules, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = applyGuardrailFlags(specs, tc.flags)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %v, want an error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range specs {
+				want := pipeline.Guardrails{}
+				if s.Stage == abi.StageTrafficPolicy {
+					want = tc.want
+				}
+				if s.Guardrails != want {
+					t.Errorf("stage %s: guardrails %+v, want %+v", s.Stage, s.Guardrails, want)
 				}
 			}
 		})

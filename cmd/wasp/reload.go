@@ -357,10 +357,10 @@ func (r *moduleReloader) close() {
 }
 
 // sameModules reports whether a and b run the same modules with the same
-// configurations and failure policies.
+// configurations, failure policies and guardrails.
 func sameModules(a, b *chain.Chain) bool {
 	for _, s := range abi.Stages {
-		if a.Modules[s].Digest != b.Modules[s].Digest || !bytes.Equal(a.Modules[s].Config, b.Modules[s].Config) || a.Policies[s] != b.Policies[s] {
+		if a.Modules[s].Digest != b.Modules[s].Digest || !bytes.Equal(a.Modules[s].Config, b.Modules[s].Config) || a.Policies[s] != b.Policies[s] || a.Guardrails[s] != b.Guardrails[s] {
 			return false
 		}
 	}

@@ -181,3 +181,55 @@ func TestReloaderFailurePolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestReloaderGuardrails: a ServiceProxyModule that only relaxes its
+// guardrails is a change, swapped in; the swapped module carries them to
+// the pipeline.
+func TestReloaderGuardrails(t *testing.T) {
+	ctx := context.Background()
+	_, rt := doubleAndRuntime(t)
+	stage := abi.StageTrafficPolicy
+	module := func(g *v1alpha1.ModuleGuardrails) v1alpha1.ModuleConfiguration {
+		return v1alpha1.ModuleConfiguration{
+			Stage: stage.String(), Source: "builtin:trafficpolicy", Guardrails: g,
+			Limits: v1alpha1.ModuleLimits{Memory: resource.NewQuantity(64<<20, resource.BinarySI), Timeout: &metav1.Duration{Duration: time.Second}},
+		}
+	}
+	config, err := moduleSpec(module(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := chain.Load(ctx, rt, []chain.Spec{config})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newModuleReloader(rt, []chain.Spec{config}, first)
+	defer r.close()
+	var swapped []pipeline.Guardrails
+	r.swap = func(mods [len(abi.Stages) + 1]pipeline.Module, _ [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(bool)) {
+		var g pipeline.Guardrails
+		if rm, ok := mods[stage].(pipeline.Relaxed); ok {
+			g = rm.Guardrails()
+		}
+		swapped = append(swapped, g)
+		done(true)
+	}
+	relaxed := pipeline.Guardrails{AllowRemoteInLocal: true}
+	steps := []struct {
+		name string
+		g    *v1alpha1.ModuleGuardrails
+		want []pipeline.Guardrails
+	}{
+		{"guardrails relaxed", &v1alpha1.ModuleGuardrails{AllowRemoteInLocal: true}, []pipeline.Guardrails{relaxed}},
+		{"the same", &v1alpha1.ModuleGuardrails{AllowRemoteInLocal: true}, nil},
+		{"enforced again", &v1alpha1.ModuleGuardrails{}, []pipeline.Guardrails{{}}},
+	}
+	for _, st := range steps {
+		swapped = nil
+		r.setCatalog(map[abi.Stage]catalog.Choice{stage: {Object: "local-first", Module: module(st.g)}})
+		r.applyCatalog(ctx)
+		if !slices.Equal(swapped, st.want) {
+			t.Errorf("%s: swapped %v, want %v", st.name, swapped, st.want)
+		}
+	}
+}

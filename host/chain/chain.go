@@ -41,6 +41,9 @@ type Spec struct {
 	// Config is the module's own configuration (JSON), handed to it
 	// through wasp_configure (runtime.WithConfig); optional.
 	Config []byte
+	// Guardrails relax host-enforced invariants for the module
+	// (pipeline.Guardrails); optional, default none relaxed.
+	Guardrails pipeline.Guardrails
 }
 
 // ParseSpec parses "STAGE=SOURCE", as given to --module.
@@ -121,6 +124,9 @@ type Chain struct {
 	// Policies are the stages' failure policies, for pipeline.Options:
 	// their specs', KeepLastGood for a stage without one.
 	Policies [len(abi.Stages) + 1]pipeline.FailurePolicy
+	// Guardrails are the stages' relaxed guardrails: their specs'. The
+	// modules of PipelineModules carry them.
+	Guardrails [len(abi.Stages) + 1]pipeline.Guardrails
 }
 
 // Load loads the modules of specs, and the builtin default for every stage
@@ -150,7 +156,7 @@ func (l Loader) Load(ctx context.Context, specs []Spec) (*Chain, error) {
 	}
 	for _, s := range specs {
 		c.Sources[s.Stage], limits[s.Stage], sigs[s.Stage] = s.Source, s.Limits, s.Signatures
-		c.Policies[s.Stage] = s.FailurePolicy
+		c.Policies[s.Stage], c.Guardrails[s.Stage] = s.FailurePolicy, s.Guardrails
 		config[s.Stage] = s.Config
 	}
 	for _, stage := range abi.Stages {
@@ -198,11 +204,12 @@ func load(ctx context.Context, rt *runtime.Runtime, src Sources, source string, 
 	return m, nil
 }
 
-// PipelineModules returns the chain in the form pipeline.Options takes.
+// PipelineModules returns the chain in the form pipeline.Options takes,
+// each module with its stage's relaxed guardrails (pipeline.Relax).
 func (c *Chain) PipelineModules() (out [len(abi.Stages) + 1]pipeline.Module) {
 	for _, s := range abi.Stages {
 		if c.Modules[s] != nil {
-			out[s] = c.Modules[s]
+			out[s] = pipeline.Relax(c.Modules[s], c.Guardrails[s])
 		}
 	}
 	return out

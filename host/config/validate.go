@@ -308,6 +308,15 @@ func validateModules(ms []v1alpha1.ModuleConfiguration, p *field.Path) field.Err
 		if fp := m.FailurePolicy; fp != "" && !slices.Contains(failurePolicies, fp) {
 			errs = append(errs, field.NotSupported(mp.Child("failurePolicy"), fp, failurePolicies))
 		}
+		if g := m.Guardrails; g != nil && ok && stage != abi.StageTrafficPolicy {
+			gp := mp.Child("guardrails")
+			if g.AllowNotServing {
+				errs = append(errs, field.Invalid(gp.Child("allowNotServing"), true, "only a traffic-policy module puts endpoints into sets"))
+			}
+			if g.AllowRemoteInLocal {
+				errs = append(errs, field.Invalid(gp.Child("allowRemoteInLocal"), true, "only a traffic-policy module puts endpoints into sets"))
+			}
+		}
 		if sig := m.Signatures; sig != nil {
 			if !strings.HasPrefix(m.Source, "oci://") {
 				errs = append(errs, field.Invalid(mp.Child("signatures"), "", "only oci:// modules carry signatures"))

@@ -27,7 +27,8 @@ func valid() *v1alpha1.WaspConfiguration {
 		IPVS:                 v1alpha1.IPVSConfiguration{ExcludeCIDRs: []string{"10.0.0.0/8"}},
 		Modules: []v1alpha1.ModuleConfiguration{
 			{Stage: "topology", Source: "builtin:topology"},
-			{Stage: "traffic-policy", Source: "file:///etc/wasp/policy.wasm", Config: json.RawMessage(`{"zone":"a"}`)},
+			{Stage: "traffic-policy", Source: "file:///etc/wasp/policy.wasm", Config: json.RawMessage(`{"zone":"a"}`),
+				Guardrails: &v1alpha1.ModuleGuardrails{AllowNotServing: true, AllowRemoteInLocal: true}},
 			{Stage: "endpoint-selection", Source: "oci://registry.example/wasp/spill@sha256:" + strings.Repeat("ab", 32)},
 		},
 	}
@@ -136,7 +137,7 @@ func TestValidateErrors(t *testing.T) {
 		}},
 		{"module stage", func(c *v1alpha1.WaspConfiguration) { c.Modules[1].Stage = "routing" },
 			[]string{`modules[1].stage: Unsupported value: "routing": supported values: "topology", "traffic-policy", "endpoint-selection"`}},
-		{"module stage twice", func(c *v1alpha1.WaspConfiguration) { c.Modules[1].Stage = "topology" },
+		{"module stage twice", func(c *v1alpha1.WaspConfiguration) { c.Modules[1].Stage, c.Modules[1].Guardrails = "topology", nil },
 			[]string{`modules[1].stage: Duplicate value: "topology"`}},
 		{"unknown builtin", func(c *v1alpha1.WaspConfiguration) { c.Modules[0].Source = "builtin:zones" },
 			[]string{`modules[0].source: Unsupported value: "builtin:zones": supported values: "builtin:topology", "builtin:trafficpolicy", "builtin:selection"`}},
@@ -163,6 +164,12 @@ func TestValidateErrors(t *testing.T) {
 		}},
 		{"failure policy", func(c *v1alpha1.WaspConfiguration) { c.Modules[2].FailurePolicy = "Fail" },
 			[]string{`modules[2].failurePolicy: Unsupported value: "Fail": supported values: "KeepLastGood", "Builtin"`}},
+		{"guardrails of a stage that fills no set", func(c *v1alpha1.WaspConfiguration) {
+			c.Modules[2].Guardrails = &v1alpha1.ModuleGuardrails{AllowNotServing: true, AllowRemoteInLocal: true}
+		}, []string{
+			`modules[2].guardrails.allowNotServing: Invalid value: true: only a traffic-policy module puts endpoints into sets`,
+			`modules[2].guardrails.allowRemoteInLocal: Invalid value: true: only a traffic-policy module puts endpoints into sets`,
+		}},
 		{"signatures on a file module", func(c *v1alpha1.WaspConfiguration) {
 			c.Modules[0].Source = "file:///etc/wasp/m.wasm"
 			c.Modules[0].Signatures = &v1alpha1.ModuleSignatures{PublicKeys: []string{"/etc/wasp/key.pem"}}

@@ -261,6 +261,24 @@ type ModuleConfiguration struct {
 	// cosign-compatible signature they trust (fail closed), in addition to
 	// the node-wide moduleSignatures.
 	Signatures *ModuleSignatures `json:"signatures,omitempty"`
+	// Guardrails relax, for this module, invariants the host enforces on
+	// its decisions. Default: every invariant enforced.
+	Guardrails *ModuleGuardrails `json:"guardrails,omitempty"`
+}
+
+// ModuleGuardrails relax the invariants the host enforces on a
+// traffic-policy module's sets (the stage that fills them): only serving
+// endpoints in a set, only endpoints of this node in the local set. A
+// decision that breaks one is refused for its service port, which gets
+// the failure policy's fallback.
+type ModuleGuardrails struct {
+	// AllowNotServing lets the module put endpoints that are neither
+	// serving nor ready into its sets. Default false.
+	AllowNotServing bool `json:"allowNotServing,omitempty"`
+	// AllowRemoteInLocal lets the module put endpoints of other nodes
+	// into the local set (internalTrafficPolicy or externalTrafficPolicy
+	// Local). Default false.
+	AllowRemoteInLocal bool `json:"allowRemoteInLocal,omitempty"`
 }
 
 // ModuleSignatures say whose signature an OCI module must carry: one
