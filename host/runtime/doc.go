@@ -48,6 +48,18 @@
 // keyed by the binary's digest alone, so one binary under several
 // configurations is compiled once.
 //
+// # Compiling
+//
+// wazero's compiler takes time quadratic in some shapes of valid code and
+// cannot be stopped once started. Load measures every function body first
+// and refuses a module past CompileLimits, naming the function and the
+// limit; with Config.IsolateCompile it then compiles in a child process
+// (this executable, started again: see compile_child.go), which is killed
+// past the time or memory limit, and loads the machine code from the
+// compilation cache. Without it, Load stops waiting at the time limit
+// and the compilation goes on in the background. Either way the error
+// wraps ErrCompile.
+//
 // A call that traps, times out, exhausts memory or returns garbage is
 // reported as a *CallError with a Reason; the instance is discarded and
 // replaced on the next call, so one bad call never poisons the next.
