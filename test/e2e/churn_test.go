@@ -327,9 +327,20 @@ func (c *churn) create(t *testing.T, name, network string, pods []string, nodePo
 
 // verify fails t unless every live Service answers only from its
 // endpoints (or rejects, with none), and no deleted one is in the kernel
-// or answers.
+// or answers, within converge (the last operations may still be syncing).
 func (c *churn) verify(t *testing.T) {
 	t.Helper()
+	var report string
+	fw.Eventually(t, converge, func() error {
+		var err error
+		report, err = c.check()
+		return err
+	})
+	t.Log(report)
+}
+
+// check is one round of verify; it returns what it checked.
+func (c *churn) check() (string, error) {
 	var services []*churnService
 	for _, cs := range c.live {
 		services = append(services, cs)
@@ -357,7 +368,7 @@ func (c *churn) verify(t *testing.T) {
 		return nil
 	})
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 
 	// Deleted Services: nothing in the kernel keyed by their address
@@ -365,7 +376,7 @@ func (c *churn) verify(t *testing.T) {
 	// sample does not answer.
 	r, err := fw.ReadRuleset(c.env.ProxyNS())
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	liveIPs := map[netip.Addr]bool{}
 	for _, cs := range c.live {
@@ -380,7 +391,7 @@ func (c *churn) verify(t *testing.T) {
 		key := "key=" + hex.EncodeToString(ip.AsSlice())
 		for _, l := range r.Lines {
 			if strings.Contains(l, " element ") && strings.Contains(l, key) {
-				t.Fatalf("deleted Service %s is still in the kernel: %s", ip, l)
+				return "", fmt.Errorf("deleted Service %s is still in the kernel: %s", ip, l)
 			}
 		}
 	}
@@ -392,10 +403,10 @@ func (c *churn) verify(t *testing.T) {
 		return nil
 	})
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
-	t.Logf("after the churn: %d live Services answered %d requests, each from its current endpoints; %d deleted Services absent from the kernel, %d of them asked and silent",
-		len(services), requests, len(gone), len(sample))
+	return fmt.Sprintf("after the churn: %d live Services answered %d requests, each from its current endpoints; %d deleted Services absent from the kernel, %d of them asked and silent",
+		len(services), requests, len(gone), len(sample)), nil
 }
 
 // udpFlow is one UDP socket from the client to a churned Service, with a

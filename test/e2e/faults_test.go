@@ -797,13 +797,17 @@ func testUnusualObjects(t *testing.T, f *faults) {
 	} else {
 		t.Logf("duplicate: %v of 600", got)
 	}
-	during, err := fw.ReadRuleset(s.env.ProxyNS())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if during.Elements < before.Elements+1000 {
-		t.Fatalf("with a slice of 1,000 endpoints the kernel holds %d elements, %d before: it was not programmed", during.Elements, before.Elements)
-	}
+	var during *fw.Ruleset
+	fw.Eventually(t, converge, func() error {
+		var err error
+		if during, err = fw.ReadRuleset(s.env.ProxyNS()); err != nil {
+			return err
+		}
+		if during.Elements < before.Elements+1000 {
+			return fmt.Errorf("with a slice of 1,000 endpoints the kernel holds %d elements, %d before: it is not programmed", during.Elements, before.Elements)
+		}
+		return nil
+	})
 	expectNoCrash(t, w)
 
 	for _, svc := range created {
