@@ -10,13 +10,16 @@ import (
 	"github.com/wasp-proxy/wasp/host/runtime"
 )
 
-// fanOut is how many parts a call that failed as a whole is split into.
-// A spinning port costs its call the whole timeout (2 s by default), so
-// the number of failed calls, not their size, is what isolation costs;
-// halving makes 2k calls per level for k spinning ports, where sixteen
-// parts reach single ports in two levels up to 256 ports (four up to
-// 65,536) and make about half as many failed calls (RATIONALE.md, "Why
-// bisect a failing batch?").
+// fanOut is how many parts a call that failed as a whole is split into,
+// when it carried more than fanOut² ports; a smaller one is split into
+// single ports at once. A spinning port costs each call that carries it
+// the whole timeout (2 s by default), so isolation costs its failed calls,
+// not its ports: halving makes up to 2k failed calls per level for k
+// spinning ports, one level after the other, where single ports make k,
+// and sixteen parts reach single ports in two levels up to 4,096 ports
+// (RATIONALE.md, "Why bisect a failing batch?"). A call of one port that
+// succeeds costs tens of microseconds, so 256 of them are cheaper than a
+// single failed call more.
 const fanOut = 16
 
 // outcome is what a stage's evaluation did with a port.
@@ -207,9 +210,13 @@ func (is *isolation) notIsolated(idx []int, cause error) {
 		ErrNotIsolated, is.p.opts.BisectBudget, cause))
 }
 
-// split divides the ports of a failed call into up to fanOut parts.
+// split divides the ports of a failed call into fanOut parts, or into
+// single ports when there are at most fanOut² of them.
 func split(idx []int, cause error) []task {
-	n := min(len(idx), fanOut)
+	n := fanOut
+	if len(idx) <= fanOut*fanOut {
+		n = len(idx)
+	}
 	parts := make([]task, 0, n)
 	for k := range n {
 		lo, hi := k*len(idx)/n, (k+1)*len(idx)/n

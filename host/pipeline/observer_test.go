@@ -121,7 +121,7 @@ func TestObserver(t *testing.T) {
 			t.Errorf("%s: PortFailed %v, want none", st.name, rec.failed)
 		}
 	}
-	// Each failing run splits its batch into single ports (n < 16): n+1
+	// Each failing run splits its batch into single ports (n ≤ 256): n+1
 	// failed calls; the quarantined run makes none, the recovery one per
 	// port.
 	if got, want := rec.calls["flaky endpoint-selection error"], 2*(n+1); got != want {
