@@ -47,7 +47,11 @@ type CompileLimits struct {
 	// Default 30 s.
 	Timeout time.Duration
 	// ChildMemory caps the resident memory of a compile child process
-	// (Config.IsolateCompile), which is killed past it. Default 1 GiB.
+	// (Config.IsolateCompile), which is killed past it. Default 512 MiB:
+	// above what FunctionMemory lets one function take, and below what
+	// would, beside wasp's own, pass the DaemonSet's memory limit. The
+	// child is also the first process the kernel kills when memory runs
+	// out.
 	ChildMemory uint64
 }
 
@@ -61,7 +65,7 @@ const (
 	DefaultFunctionMemory = 384 << 20
 	DefaultCompileBudget  = 30 * time.Second
 	DefaultCompileTimeout = 30 * time.Second
-	DefaultChildMemory    = 1 << 30
+	DefaultChildMemory    = 512 << 20
 )
 
 func (l CompileLimits) withDefaults() CompileLimits {

@@ -31,6 +31,7 @@ func init() {
 			fmt.Fprintf(os.Stderr, "compile child: protocol %q, want %q\n", v, childProtocol)
 			os.Exit(2)
 		}
+		yieldToParent()
 		os.Exit(serveCompile(os.Stdin, os.Stderr))
 	}
 }
@@ -130,6 +131,7 @@ func (r *Runtime) runChild(ctx context.Context, bin []byte, closeOnDone bool, ti
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, exe)
+	cmd.Args = []string{filepath.Base(os.Args[0]) + "-compile"} // what ps shows
 	cmd.Env = append(os.Environ(), childEnv+"="+childProtocol)
 	cmd.Stdin = io.MultiReader(bytes.NewReader(append(req, '\n')), bytes.NewReader(bin))
 	var stderr limitedBuffer
@@ -160,6 +162,11 @@ func (r *Runtime) runChild(ctx context.Context, bin []byte, closeOnDone bool, ti
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && exit.ExitCode() == 1 {
 		return errors.New(stderr.firstLine())
+	}
+	if errors.As(err, &exit) && exit.ExitCode() == -1 {
+		// Killed by a signal not of this process's: most likely the
+		// kernel, out of memory in the container or on the node.
+		return fmt.Errorf("compile child: %w (out of memory?)", err)
 	}
 	return fmt.Errorf("compile child: %w: %s", err, stderr.firstLine())
 }
