@@ -395,13 +395,29 @@ func testKillDuringSync(t *testing.T, f *faults) {
 	w = s.env.StartWasp(t)
 	waitFullSync(t, w, 3*converge)
 	verifyBig(t, f, services, 1)
-	after, err := fw.ReadRuleset(s.env.ProxyNS())
+	expectNoCrash(t, w)
+	w, clean := expectCleanStartRuleset(t, s, w, fmt.Sprintf("after %d kills", kills))
+	t.Logf("kill -9 during large syncs: %d kills (%d while creating %d Services, %d while replacing their endpoints, %d in a start-up's first full sync, %d of them before it was done); the final ruleset equals a clean start's: %s",
+		kills, killStats["create"], n, killStats["replace endpoints"], startupKills, beforeSync, clean.Counts())
+
+	// Leave the next scenarios a small cluster.
+	if err := parallel(n, func(i int) error { return f.deleteService(services[i]) }); err != nil {
+		t.Fatal(err)
+	}
+	w.Stop()
+}
+
+// expectCleanStartRuleset fails t unless the kernel holds exactly what a
+// wasp started on a clean node programs: it reads the ruleset w (running,
+// synced) programmed, stops w, runs wasp cleanup, starts a new wasp and
+// compares. It returns the new wasp and its ruleset. what says what
+// happened to w, for the failure message.
+func expectCleanStartRuleset(t *testing.T, s *suite, w *fw.Wasp, what string) (*fw.Wasp, *fw.Ruleset) {
+	t.Helper()
+	got, err := fw.ReadRuleset(s.env.ProxyNS())
 	if err != nil {
 		t.Fatal(err)
 	}
-	expectNoCrash(t, w)
-
-	// What a wasp programs on a clean node.
 	w.Stop()
 	if out, err := s.env.RunWasp(s.ctx, "cleanup"); err != nil {
 		t.Fatalf("wasp cleanup: %v\n%s", err, out)
@@ -412,17 +428,10 @@ func testKillDuringSync(t *testing.T, f *faults) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := after.Diff(clean, 20); d != "" {
-		t.Fatalf("after %d kills the kernel differs from what a clean start programs:\n  %s", kills, d)
+	if d := got.Diff(clean, 20); d != "" {
+		t.Fatalf("%s the kernel differs from what a clean start programs:\n  %s", what, d)
 	}
-	t.Logf("kill -9 during large syncs: %d kills (%d while creating %d Services, %d while replacing their endpoints, %d in a start-up's first full sync, %d of them before it was done); the final ruleset equals a clean start's: %s",
-		kills, killStats["create"], n, killStats["replace endpoints"], startupKills, beforeSync, clean.Counts())
-
-	// Leave the next scenarios a small cluster.
-	if err := parallel(n, func(i int) error { return f.deleteService(services[i]) }); err != nil {
-		t.Fatal(err)
-	}
-	w.Stop()
+	return w, clean
 }
 
 // verifyBig sends one request to every Service (and eight to one in ten)
@@ -579,6 +588,7 @@ func testChangesWhileDown(t *testing.T, f *faults) {
 	expectOnly(t, s.client(), "tcp", keepIP, 80, 20, "b-2")
 	expectDrop(t, s.client(), "udp", goneIP, 80)
 	expectNoCrash(t, w)
+	w, _ = expectCleanStartRuleset(t, s, w, "after changes made while wasp was down")
 	t.Logf("changes made while wasp was down (endpoints replaced, a Service deleted, one created) applied %.2f s after its start",
 		converged.Seconds())
 	w.Stop()
