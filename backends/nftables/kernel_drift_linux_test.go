@@ -175,7 +175,8 @@ func TestKernelDrift(t *testing.T) {
 }
 
 // TestKernelNoDrift: the golden rulesets of both families, which use every
-// kind of object, read back from a real kernel as they were programmed.
+// kind of object, and the transition states read back from a real kernel
+// as they were programmed.
 func TestKernelNoDrift(t *testing.T) {
 	c := kernelCluster(t)
 	ctx := context.Background()
@@ -187,6 +188,16 @@ func TestKernelNoDrift(t *testing.T) {
 		}
 		if b.stats.driftReadbacks != 1 {
 			t.Errorf("%s: %d read-backs, want 1", s.Family.String(), b.stats.driftReadbacks)
+		}
+	}
+	// Every state of the transition sequence (shared keys, affinity
+	// switched on and off, sets redefined) reads back clean.
+	b := nodeBackend(t, c.Nodes[1], backends.IPv4)
+	for i, s := range transitionStates() {
+		syncOK(t, b, s)
+		b.verified = false // as after a foreign commit
+		if d, err := b.CheckDrift(ctx); err != nil || d != nil {
+			t.Fatalf("transition state %d: drift %+v, %v; want none", i, d, err)
 		}
 	}
 }
