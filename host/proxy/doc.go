@@ -27,6 +27,12 @@
 // cache (the backend diffs), so a partial sync programs exactly what a full
 // one would: TestIncrementalMatchesFull checks it on random changes.
 //
+// A Service some of whose ports a failing module left not isolated
+// (pipeline.ErrNotIsolated: the bisect budget ran out before the ports
+// that fail it were found) is marked changed again after RetryPeriod, so
+// that its ports are evaluated alone and the good ones get their modules'
+// decision without waiting for a change.
+//
 // A full sync, which evaluates every port again, happens on the first
 // sync, after any failed one (listing or backend), on Resync (a module swap
 // calls it), and when the Node's labels change. Unlike upstream, which

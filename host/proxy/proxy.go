@@ -68,8 +68,10 @@ type Opts struct {
 	MinSyncPeriod time.Duration
 	// RetryPeriod is the longest a failed sync waits for its retry: the
 	// first retry comes a second after the failure, each next one after
-	// twice the previous wait, up to RetryPeriod. Optional; default
-	// DefaultRetryPeriod.
+	// twice the previous wait, up to RetryPeriod. It is also how long a
+	// Service waits to be evaluated again when a failing module left some
+	// of its ports not isolated (pipeline.ErrNotIsolated). Optional;
+	// default DefaultRetryPeriod.
 	RetryPeriod time.Duration
 	// DriftCheckPeriod is how often the backends that implement
 	// backends.DriftChecker are checked for objects changed behind their

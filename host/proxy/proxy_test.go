@@ -317,7 +317,9 @@ func TestNewRejectsBadOpts(t *testing.T) {
 func startWith(t *testing.T, opts Opts) *Proxy {
 	t.Helper()
 	opts.NodeName = testNode
-	opts.Pipeline = pipeline.New(pipeline.Options{})
+	if opts.Pipeline == nil {
+		opts.Pipeline = pipeline.New(pipeline.Options{})
+	}
 	opts.MinSyncPeriod = 10 * time.Millisecond
 	opts.RetryPeriod = 10 * time.Millisecond
 	p, err := New(opts)
@@ -669,11 +671,11 @@ func TestSlim(t *testing.T) {
 	}
 }
 
-// TestSetModules hot-swaps the endpoint-selection module of a running
-// proxy: the next sync re-evaluates every port with it, and a swap
-// replaced before it was applied is reported as such.
-func TestSetModules(t *testing.T) {
-	wasm, err := modbuild.Build(context.Background(), "testdata/modules/double")
+// loadModule builds the test module in dir and loads it under name into a
+// runtime that lives as long as the test.
+func loadModule(t *testing.T, dir, name string) *waspruntime.Module {
+	t.Helper()
+	wasm, err := modbuild.Build(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -681,11 +683,19 @@ func TestSetModules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rt.Close(context.Background())
-	double, err := rt.Load(context.Background(), "double", wasm, waspruntime.Limits{})
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	m, err := rt.Load(context.Background(), name, wasm, waspruntime.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m
+}
+
+// TestSetModules hot-swaps the endpoint-selection module of a running
+// proxy: the next sync re-evaluates every port with it, and a swap
+// replaced before it was applied is reported as such.
+func TestSetModules(t *testing.T) {
+	double := loadModule(t, "testdata/modules/double", "double")
 
 	client := fake.NewClientset(node(), service("web", "10.96.0.10", nil), slice("web", "10.244.1.10"))
 	p, be := start(t, client)
@@ -712,5 +722,49 @@ func TestSetModules(t *testing.T) {
 	if !reflect.DeepEqual(got, []bool{false, true}) && !reflect.DeepEqual(got, []bool{true, true}) {
 		// The first may have been applied if a sync ran in between.
 		t.Errorf("done calls %v; want the replaced swap unapplied (or applied, if a sync came between) and the last applied", got)
+	}
+}
+
+// fallbacks is a pipeline.Observer that keeps the count of ports on a
+// fallback.
+type fallbacks struct{ n atomic.Int64 }
+
+func (*fallbacks) Call(string, abi.Stage, int, time.Duration, error)            {}
+func (*fallbacks) PortFailed(string, abi.Stage, string, pipeline.Source, error) {}
+func (f *fallbacks) Fallbacks(n *pipeline.Fallbacks) {
+	total := 0
+	for _, byStage := range n {
+		for _, c := range byStage {
+			total += c
+		}
+	}
+	f.n.Store(int64(total))
+}
+
+// TestNotIsolatedReevaluated: when a failing module's ports are not
+// isolated within the pipeline's budget (here: no budget at all), their
+// Services are evaluated again after RetryPeriod without any change, and
+// the good ports among them get their module's decision; only the failing
+// one stays on a fallback.
+func TestNotIsolatedReevaluated(t *testing.T) {
+	m := loadModule(t, "../runtime/testdata/modules/misbehave", "misbehave")
+	obs := &fallbacks{}
+	var po pipeline.Options
+	po.Modules[abi.StageEndpointSelection] = m
+	po.BisectBudget = time.Nanosecond
+	po.Observer = obs
+
+	bad := service("bad", "10.96.0.12", nil)
+	bad.Annotations = map[string]string{"wasp.test/behaviour": "trap"}
+	client := fake.NewClientset(node(),
+		service("web", "10.96.0.10", nil), slice("web", "10.244.1.10"),
+		service("api", "10.96.0.11", nil), slice("api", "10.244.1.11"),
+		bad, slice("bad", "10.244.1.12"))
+	be := backendfake.New()
+	p := startWith(t, Opts{Client: client, Backends: map[backends.Family]backends.Backend{backends.IPv4: be}, Pipeline: pipeline.New(po)})
+	waitFor(t, "the first sync", func() bool { return p.Stats().Syncs >= 1 })
+	waitFor(t, "the good ports off the fallback", func() bool { return obs.n.Load() == 1 })
+	if s := p.Stats(); s.PartialSyncs == 0 {
+		t.Errorf("Stats() = %+v; want a partial sync that evaluated the ports again", s)
 	}
 }

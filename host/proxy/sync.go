@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/wasp-proxy/wasp/abi"
 	"github.com/wasp-proxy/wasp/backends"
@@ -344,6 +345,7 @@ func (p *Proxy) run(ctx context.Context, node abi.Node, ports []model.ServicePor
 	if len(pp) > 0 {
 		results = p.opts.Pipeline.Run(ctx, node, pp)
 	}
+	p.reevaluateNotIsolated(ports, results)
 	entries := map[types.NamespacedName]*entry{}
 	// Ports are sorted by Key, so each Service's ports are contiguous.
 	for lo := 0; lo < len(ports); {
@@ -364,6 +366,39 @@ func (p *Proxy) run(ctx context.Context, node abi.Node, ports []model.ServicePor
 		lo = hi
 	}
 	return entries
+}
+
+// reevaluateNotIsolated marks, after RetryPeriod, the Services of the
+// ports a failing module left not isolated as changed, and asks for a
+// sync: the pipeline then calls those ports alone, so that the good ones
+// among them get their modules' decision without waiting for their
+// Service to change. Each such evaluation is bounded by the pipeline's
+// bisect budget and isolates at least one failing port, so this ends.
+func (p *Proxy) reevaluateNotIsolated(ports []model.ServicePort, results []pipeline.Result) {
+	var names []types.NamespacedName
+	for i := range results {
+		if errors.Is(results[i].Err, pipeline.ErrNotIsolated) {
+			if n := serviceOf(&ports[i]); len(names) == 0 || names[len(names)-1] != n {
+				names = append(names, n)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	again := func() {
+		p.tracker.markServices(names...)
+		p.runner.request()
+	}
+	if c, ok := p.clock.(clock.WithDelayedExecution); ok {
+		c.AfterFunc(p.opts.RetryPeriod, again)
+		return
+	}
+	t := p.clock.NewTimer(p.opts.RetryPeriod)
+	go func() {
+		<-t.C()
+		again()
+	}()
 }
 
 // forget drops the last good decisions of old's ports that now is without.
