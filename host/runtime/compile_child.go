@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"time"
 
@@ -46,6 +47,35 @@ type childRequest struct {
 	CloseOnContextDone bool `json:"closeOnContextDone"`
 	// Size is the length of the binary.
 	Size int `json:"size"`
+	// Timeout and Memory are the limits the parent enforces; the child
+	// enforces them too (a little later), in case the parent is gone.
+	Timeout time.Duration `json:"timeout"`
+	Memory  uint64        `json:"memory"`
+}
+
+// memoryPollInterval is how often a compile child's resident memory is
+// read.
+const memoryPollInterval = 20 * time.Millisecond
+
+// childSlack is how much later than its parent a compile child stops
+// itself at its time limit.
+const childSlack = time.Second
+
+// limitSelf ends the compile child when it runs past timeout (plus
+// childSlack) or its resident memory past memory (if it can read it).
+func limitSelf(timeout time.Duration, memory uint64) {
+	deadline := time.Now().Add(timeout + childSlack)
+	t := time.NewTicker(memoryPollInterval)
+	for range t.C {
+		if time.Now().After(deadline) {
+			fmt.Fprintf(os.Stderr, "compile child: past its time limit of %s\n", timeout)
+			os.Exit(3)
+		}
+		if rss, ok := residentBytes(os.Getpid()); ok && memory > 0 && rss > memory {
+			fmt.Fprintf(os.Stderr, "compile child: past its memory limit of %d MiB\n", memory>>20)
+			os.Exit(4)
+		}
+	}
 }
 
 // serveCompile is the compile child: it reads a request and a binary
@@ -69,6 +99,7 @@ func serveCompile(in io.Reader, errOut io.Writer) int {
 	if req.CacheDir == "" || req.Size < 0 || req.Size > 1<<30 {
 		return fail(2, fmt.Errorf("compile child: bad request %s", bytes.TrimSpace(line)))
 	}
+	go limitSelf(req.Timeout, req.Memory)
 	wasm := make([]byte, req.Size)
 	if _, err := io.ReadFull(br, wasm); err != nil {
 		return fail(2, fmt.Errorf("compile child: module: %w", err))
@@ -120,7 +151,7 @@ func (r *Runtime) compileInChild(ctx context.Context, bin []byte, timeout time.D
 // runChild compiles bin in a compile child, as compileInChild says.
 func (r *Runtime) runChild(ctx context.Context, bin []byte, closeOnDone bool, timeout time.Duration) error {
 	r.children.Add(1)
-	req, err := json.Marshal(childRequest{CacheDir: r.cacheDir, CloseOnContextDone: closeOnDone, Size: len(bin)})
+	req, err := json.Marshal(childRequest{CacheDir: r.cacheDir, CloseOnContextDone: closeOnDone, Size: len(bin), Timeout: timeout, Memory: r.cfg.Compile.ChildMemory})
 	if err != nil {
 		return err
 	}
@@ -137,6 +168,11 @@ func (r *Runtime) runChild(ctx context.Context, bin []byte, closeOnDone bool, ti
 	var stderr limitedBuffer
 	cmd.Stderr = &stderr
 	cmd.WaitDelay = time.Second
+	cmd.SysProcAttr = childAttr()
+	// The child dies with the thread that started it (childAttr): keep
+	// that thread until the child is waited for.
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("compile child: %w", err)
 	}
@@ -169,6 +205,35 @@ func (r *Runtime) runChild(ctx context.Context, bin []byte, closeOnDone bool, ti
 		return fmt.Errorf("compile child: %w (out of memory?)", err)
 	}
 	return fmt.Errorf("compile child: %w: %s", err, stderr.firstLine())
+}
+
+// watchMemory kills p, and closes over, if its resident memory grows past
+// limit (where it can be read). The returned function stops watching.
+func watchMemory(p *os.Process, limit uint64, over chan<- struct{}) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(memoryPollInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			rss, ok := residentBytes(p.Pid)
+			if ok && rss > limit {
+				close(over)
+				_ = p.Kill()
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
 }
 
 // limitedBuffer keeps the first 4 KiB written to it.

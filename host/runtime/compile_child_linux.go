@@ -5,7 +5,6 @@ import (
 	"os"
 	"strconv"
 	"syscall"
-	"time"
 )
 
 // yieldToParent makes the calling compile child the first process the
@@ -22,46 +21,27 @@ func yieldToParent() {
 // replaced or removed since it started.
 func selfExecutable() (string, error) { return "/proc/self/exe", nil }
 
-// memoryPollInterval is how often a compile child's resident memory is
-// read.
-const memoryPollInterval = 20 * time.Millisecond
-
-// watchMemory kills p, and closes over, if its resident memory grows past
-// limit. The returned function stops watching.
-func watchMemory(p *os.Process, limit uint64, over chan<- struct{}) (stop func()) {
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	path := "/proc/" + strconv.Itoa(p.Pid) + "/statm"
-	page := uint64(os.Getpagesize())
-	go func() {
-		defer close(stopped)
-		t := time.NewTicker(memoryPollInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			statm, err := os.ReadFile(path)
-			if err != nil {
-				continue // not started yet, or gone
-			}
-			// size resident shared text lib data dt, in pages
-			fields := bytes.Fields(statm)
-			if len(fields) < 2 {
-				continue
-			}
-			resident, err := strconv.ParseUint(string(fields[1]), 10, 64)
-			if err == nil && resident*page > limit {
-				close(over)
-				_ = p.Kill()
-				return
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-stopped
+// residentBytes is the resident memory of process pid.
+func residentBytes(pid int) (uint64, bool) {
+	statm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
+	if err != nil {
+		return 0, false // not started yet, or gone
 	}
+	// size resident shared text lib data dt, in pages
+	fields := bytes.Fields(statm)
+	if len(fields) < 2 {
+		return 0, false
+	}
+	pages, err := strconv.ParseUint(string(fields[1]), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return pages * uint64(os.Getpagesize()), true
+}
+
+// childAttr makes a compile child get SIGKILL when the thread that
+// started it ends, with its process: an orphaned child stops at once
+// instead of at its own time limit.
+func childAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

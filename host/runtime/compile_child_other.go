@@ -2,7 +2,10 @@
 
 package runtime
 
-import "os"
+import (
+	"os"
+	"syscall"
+)
 
 // selfExecutable is the running executable.
 func selfExecutable() (string, error) { return os.Executable() }
@@ -10,6 +13,8 @@ func selfExecutable() (string, error) { return os.Executable() }
 // yieldToParent does nothing here.
 func yieldToParent() {}
 
-// watchMemory does nothing where resident memory is not read: a compile
-// child is bounded in time only.
-func watchMemory(*os.Process, uint64, chan<- struct{}) (stop func()) { return func() {} }
+// residentBytes cannot read a process's resident memory here.
+func residentBytes(int) (uint64, bool) { return 0, false }
+
+// childAttr is nil here: a compile child stops at its own time limit.
+func childAttr() *syscall.SysProcAttr { return nil }
