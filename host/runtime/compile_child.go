@@ -57,23 +57,32 @@ type childRequest struct {
 // read.
 const memoryPollInterval = 20 * time.Millisecond
 
-// childSlack is how much later than its parent a compile child stops
-// itself at its time limit.
+// A compile child stops itself childSlack past its time limit, or at a
+// quarter more than its memory limit, so that its parent, if there is
+// one, normally stops it first.
 const childSlack = time.Second
 
-// limitSelf ends the compile child when it runs past timeout (plus
-// childSlack) or its resident memory past memory (if it can read it).
+// Exit codes of a compile child besides 0: 1 the module does not compile,
+// 2 a broken request, and these.
+const (
+	exitTime   = 3
+	exitMemory = 4
+)
+
+// limitSelf ends the compile child when it runs past its time limit or
+// its resident memory past its memory limit (if it can read it), with a
+// margin.
 func limitSelf(timeout time.Duration, memory uint64) {
 	deadline := time.Now().Add(timeout + childSlack)
 	t := time.NewTicker(memoryPollInterval)
 	for range t.C {
 		if time.Now().After(deadline) {
 			fmt.Fprintf(os.Stderr, "compile child: past its time limit of %s\n", timeout)
-			os.Exit(3)
+			os.Exit(exitTime)
 		}
-		if rss, ok := residentBytes(os.Getpid()); ok && memory > 0 && rss > memory {
+		if rss, ok := residentBytes(os.Getpid()); ok && memory > 0 && rss > memory+memory/4 {
 			fmt.Fprintf(os.Stderr, "compile child: past its memory limit of %d MiB\n", memory>>20)
-			os.Exit(4)
+			os.Exit(exitMemory)
 		}
 	}
 }
@@ -184,19 +193,24 @@ func (r *Runtime) runChild(ctx context.Context, bin []byte, closeOnDone bool, ti
 	if err == nil {
 		return nil
 	}
+	var exit *exec.ExitError
+	code := 0
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	}
 	select {
 	case <-overMemory:
-		return fmt.Errorf("compilation took more than %d MiB of memory", r.cfg.Compile.ChildMemory>>20)
+		code = exitMemory
 	default:
 	}
-	if ctx.Err() != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return fmt.Errorf("compilation did not finish within %s", timeout)
-		}
+	switch {
+	case code == exitMemory:
+		return fmt.Errorf("compilation took more than %d MiB of memory", r.cfg.Compile.ChildMemory>>20)
+	case code == exitTime || errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("compilation did not finish within %s", timeout)
+	case ctx.Err() != nil:
 		return fmt.Errorf("compilation stopped: %w", ctx.Err())
-	}
-	var exit *exec.ExitError
-	if errors.As(err, &exit) && exit.ExitCode() == 1 {
+	case code == 1:
 		return errors.New(stderr.firstLine())
 	}
 	if errors.As(err, &exit) && exit.ExitCode() == -1 {

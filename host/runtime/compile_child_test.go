@@ -25,9 +25,9 @@ func TestCompileChildLimitsItself(t *testing.T) {
 		want    string
 	}{
 		// Seconds to compile: far past the limit and its slack.
-		{"time", hostile.Module(0, hostile.Nest(16000)), 10 * time.Millisecond, 1 << 30, 3, "compile child: past its time limit of 10ms"},
+		{"time", hostile.Module(0, hostile.Nest(16000)), 10 * time.Millisecond, 1 << 30, exitTime, "compile child: past its time limit of 10ms"},
 		// About 100 MiB to compile.
-		{"memory", hostile.Module(0, hostile.BrTable(32000)), time.Minute, 40 << 20, 4, "compile child: past its memory limit of 40 MiB"},
+		{"memory", hostile.Module(0, hostile.BrTable(32000)), time.Minute, 40 << 20, exitMemory, "compile child: past its memory limit of 40 MiB"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
