@@ -158,7 +158,8 @@ func (is *isolation) do(w *worker, t task) []task {
 	if t.isolating && is.overBudget() {
 		if t.known != nil && t.known.isolated {
 			// Its retry waits for a Run with budget to spare.
-			is.set(t.idx, outSkipped, t.known.skipped())
+			is.set(t.idx, outSkipped, fmt.Errorf("%w: its retry waits for an evaluation with bisect budget to spare; it failed alone: %w",
+				ErrQuarantined, t.known.err))
 			return nil
 		}
 		is.notIsolated(t.idx, t.cause)

@@ -175,7 +175,10 @@ func TestBisectBudgetSpent(t *testing.T) {
 	var opts pipeline.Options
 	opts.Modules[abi.StageEndpointSelection] = f
 	opts.BisectBudget = time.Nanosecond
+	opts.QuarantineRetry = time.Minute
 	p := pipeline.New(opts)
+	clk := newClock()
+	pipeline.SetClock(p, clk.now)
 	in, bad := spinners(80)
 	known := map[int]bool{} // isolated: failed alone
 	for round := 1; ; round++ {
@@ -213,8 +216,24 @@ func TestBisectBudgetSpent(t *testing.T) {
 			if len(known) != len(bad) {
 				t.Fatalf("round %d: %d spinning ports isolated, want %d", round, len(known), len(bad))
 			}
-			return
+			break
 		}
+	}
+	// Their retries are due, but the budget allows one failed call: the
+	// others wait for a later evaluation, still quarantined.
+	clk.add(time.Minute)
+	waiting := 0
+	for i, r := range p.Run(context.Background(), node, in) {
+		_, isBad := bad[i]
+		switch {
+		case !isBad && r.Source != pipeline.SourceModules:
+			t.Errorf("retries: good port %d: %s: %v", i, r.Source, r.Err)
+		case isBad && errors.Is(r.Err, pipeline.ErrQuarantined):
+			waiting++
+		}
+	}
+	if alone := len(f.take()) - 1; waiting == 0 || alone+waiting != len(bad) || alone > f.Instances() {
+		t.Errorf("retries: %d bad ports called alone, %d waiting; want at most one per instance called, the other %d waiting", alone, waiting, len(bad))
 	}
 }
 
