@@ -8,13 +8,13 @@ import (
 )
 
 // yieldToParent makes the calling compile child the first process the
-// kernel kills when its cgroup or the node runs out of memory, and the
-// last to get a CPU, so that a costly compilation takes neither memory
-// nor time from the proxy that started it. Both are best effort: raising
-// them needs no privilege.
+// kernel kills when its cgroup or the node runs out of memory, so that a
+// costly compilation does not get the proxy that started it killed.
+// Raising one's own score needs no privilege. (Its CPU priority stays:
+// at a lower one, a busy node would starve a compilation of an ordinary
+// module past its time limit.)
 func yieldToParent() {
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
-	_ = syscall.Setpriority(syscall.PRIO_PROCESS, 0, 19)
 }
 
 // selfExecutable is the running executable, even if its file was
