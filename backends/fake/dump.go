@@ -17,6 +17,7 @@ import (
 //
 //	family ipv4
 //	  node-port-addresses any              # or { 198.51.100.1, ... }
+//	  node-ips { 198.51.100.1 }            # omitted when none
 //	  service-cidrs { 10.96.0.0/16 }       # omitted when none
 //	  cluster-cidrs { 10.244.0.0/16 }      # omitted when none
 //	  masquerade-all                       # only when set
@@ -33,6 +34,7 @@ import (
 //	  external local -> drop               # only when externally reachable
 //	  cluster { 10.244.1.10:8080 weight 1, 10.244.2.10:8080 weight 2 }
 //	  local unused
+//	  serving { 10.244.1.10, 10.244.2.10 } # omitted when none
 //
 // An "internal" or "external" line names the traffic policy (cluster or
 // local) and the verdict for new connections, per upstream kube-proxy:
@@ -48,6 +50,9 @@ func DumpState(s *backends.State) string {
 		b.WriteString("  node-port-addresses any\n")
 	} else {
 		fmt.Fprintf(&b, "  node-port-addresses %s\n", set(sortedAddrs(s.NodePortAddresses)))
+	}
+	if len(s.NodeIPs) > 0 {
+		fmt.Fprintf(&b, "  node-ips %s\n", set(sortedAddrs(s.NodeIPs)))
 	}
 	if len(s.ServiceCIDRs) > 0 {
 		fmt.Fprintf(&b, "  service-cidrs %s\n", set(sortedPrefixes(s.ServiceCIDRs)))
@@ -92,6 +97,9 @@ func dumpService(b *strings.Builder, svc *backends.Service) {
 	}
 	fmt.Fprintf(b, "  cluster %s\n", endpointSet(svc.Cluster))
 	fmt.Fprintf(b, "  local %s\n", endpointSet(svc.Local))
+	if len(svc.Serving) > 0 {
+		fmt.Fprintf(b, "  serving %s\n", set(sortedAddrs(svc.Serving)))
+	}
 }
 
 // verdict is "<policy> -> <verdict>" for the traffic policy that uses the

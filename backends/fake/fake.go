@@ -79,7 +79,7 @@ func (f *Fake) sync(ctx context.Context, s *backends.State) error {
 	if err := Validate(s); err != nil {
 		return err
 	}
-	f.states[s.Family] = clone(s)
+	f.states[s.Family] = s.Clone()
 	return nil
 }
 
@@ -132,7 +132,7 @@ func (f *Fake) State(family backends.Family) *backends.State {
 	if !ok {
 		return nil
 	}
-	return clone(s)
+	return s.Clone()
 }
 
 // Dump renders the programmed State of every family, IPv4 first; see
@@ -147,31 +147,4 @@ func (f *Fake) Dump() string {
 		}
 	}
 	return b.String()
-}
-
-// clone deep-copies s, keeping nil slices nil and empty ones empty.
-func clone(s *backends.State) *backends.State {
-	c := *s
-	c.NodePortAddresses = cloneSlice(s.NodePortAddresses)
-	c.ServiceCIDRs = cloneSlice(s.ServiceCIDRs)
-	c.ClusterCIDRs = cloneSlice(s.ClusterCIDRs)
-	c.Services = cloneSlice(s.Services)
-	for i := range c.Services {
-		svc := &c.Services[i]
-		svc.ExternalIPs = cloneSlice(svc.ExternalIPs)
-		svc.LoadBalancerVIPs = cloneSlice(svc.LoadBalancerVIPs)
-		svc.LoadBalancerSourceRanges = cloneSlice(svc.LoadBalancerSourceRanges)
-		svc.Cluster = cloneSlice(svc.Cluster)
-		svc.Local = cloneSlice(svc.Local)
-	}
-	return &c
-}
-
-// cloneSlice is slices.Clone, spelled out so that the nil/empty
-// distinction, which the State gives meaning to, is visibly kept.
-func cloneSlice[T any](s []T) []T {
-	if s == nil {
-		return nil
-	}
-	return append(make([]T, 0, len(s)), s...)
 }

@@ -49,6 +49,7 @@ func goldenState() *backends.State {
 	return &backends.State{
 		Family:            backends.IPv4,
 		NodePortAddresses: []netip.Addr{ip("198.51.100.2"), ip("198.51.100.1")},
+		NodeIPs:           []netip.Addr{ip("198.51.100.1")},
 		ServiceCIDRs:      []netip.Prefix{pfx("10.96.0.0/16")},
 		ClusterCIDRs:      []netip.Prefix{pfx("10.244.0.0/16")},
 		MasqueradeAll:     true,
@@ -62,6 +63,7 @@ func goldenState() *backends.State {
 				s.HasAnyEndpoints = true
 				s.Cluster = []backends.Endpoint{ep("10.244.2.20", 1), ep("10.244.1.20", 1)}
 				s.Local = []backends.Endpoint{}
+				s.Serving = []netip.Addr{ip("10.244.1.20"), ip("10.244.2.20")}
 			}),
 			svc("metrics", "10.96.0.30", func(s *backends.Service) {
 				s.InternalPolicyLocal, s.HasAnyEndpoints = true, true
@@ -76,6 +78,7 @@ func goldenState() *backends.State {
 
 const goldenDump = `family ipv4
   node-port-addresses { 198.51.100.1, 198.51.100.2 }
+  node-ips { 198.51.100.1 }
   service-cidrs { 10.96.0.0/16 }
   cluster-cidrs { 10.244.0.0/16 }
   masquerade-all
@@ -97,6 +100,7 @@ service demo/frontend:http/TCP/IPv4
   external local -> drop
   cluster { 10.244.1.20:8080 weight 1, 10.244.2.20:8080 weight 1 }
   local { }
+  serving { 10.244.1.20, 10.244.2.20 }
 
 service demo/metrics:http/TCP/IPv4
   cluster-ip 10.96.0.30 tcp dport 80

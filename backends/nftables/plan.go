@@ -658,26 +658,17 @@ func sortedAddrs(as []netip.Addr) []netip.Addr {
 	return slices.Compact(out)
 }
 
-// serviceEqual reports whether two service ports plan alike.
+// serviceEqual reports whether two service ports plan alike: Equal but
+// for the fields the plan does not read.
 func serviceEqual(a, b *backends.Service) bool {
-	return a.Key == b.Key && a.Namespace == b.Namespace && a.Name == b.Name && a.PortName == b.PortName &&
-		a.Protocol == b.Protocol && a.ClusterIP == b.ClusterIP && a.Port == b.Port && a.NodePort == b.NodePort &&
-		slices.Equal(a.ExternalIPs, b.ExternalIPs) && slices.Equal(a.LoadBalancerVIPs, b.LoadBalancerVIPs) &&
-		slices.Equal(a.LoadBalancerSourceRanges, b.LoadBalancerSourceRanges) &&
-		a.AffinityTimeout == b.AffinityTimeout && a.InternalPolicyLocal == b.InternalPolicyLocal &&
-		a.ExternalPolicyLocal == b.ExternalPolicyLocal && a.HasAnyEndpoints == b.HasAnyEndpoints &&
-		slices.Equal(a.Cluster, b.Cluster) && slices.Equal(a.Local, b.Local) &&
-		(a.Cluster == nil) == (b.Cluster == nil) && (a.Local == nil) == (b.Local == nil)
+	c := *b
+	c.Serving, c.HealthCheckNodePort = a.Serving, a.HealthCheckNodePort
+	return a.Equal(&c)
 }
 
 // cloneService deep-copies the fields the plan reads.
 func cloneService(s *backends.Service) backends.Service {
 	c := *s
-	c.ExternalIPs = slices.Clone(s.ExternalIPs)
-	c.LoadBalancerVIPs = slices.Clone(s.LoadBalancerVIPs)
-	c.LoadBalancerSourceRanges = slices.Clone(s.LoadBalancerSourceRanges)
-	c.Cluster = slices.Clone(s.Cluster)
-	c.Local = slices.Clone(s.Local)
 	c.Serving = nil // not planned
-	return c
+	return c.Clone()
 }
