@@ -473,6 +473,7 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 	if err != nil {
 		return err
 	}
+	nodeAddrs := primaryNodeIPs(c, node, families)
 
 	mx := metrics.New(families...)
 	rt, err := runtime.New(runtime.Config{CacheDir: c.cacheDir, Compiled: mx.ModuleCompiled, IsolateCompile: true})
@@ -540,6 +541,7 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		Backends: bes,
 		State: state.Options{
 			NodePortAddresses: npAddrs,
+			NodeIPs:           nodeAddrs,
 			ClusterCIDRs:      c.clusterCIDRs,
 			MasqueradeAll:     c.masqueradeAll,
 		},
@@ -597,7 +599,7 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 	for _, f := range families {
 		names = append(names, familyName(f))
 	}
-	logger.Info("Starting wasp", "version", version, "ipFamilies", names, "nodePortAddresses", npAddrs,
+	logger.Info("Starting wasp", "version", version, "ipFamilies", names, "nodeIPs", nodeAddrs, "nodePortAddresses", npAddrs,
 		"clusterCIDRs", c.clusterCIDRs, "modules", ch.Sources[1:])
 	p.Run(ctx)
 	logger.Info("Stopped; the dataplane stays in place (wasp cleanup removes it)")
@@ -777,6 +779,21 @@ func nodeIPs(node *v1.Node, override []netip.Addr) (map[backends.Family]netip.Ad
 		}
 	}
 	return out, first
+}
+
+// primaryNodeIPs returns the node's primary IP of each proxied family that
+// has one, for state.Options.NodeIPs: upstream allows a Service's
+// load-balancer VIPs as sources when the node's IP of the family is in its
+// loadBalancerSourceRanges.
+func primaryNodeIPs(c *runConfig, node *v1.Node, families []backends.Family) []netip.Addr {
+	ips, _ := nodeIPs(node, c.nodeIPs)
+	var out []netip.Addr
+	for _, f := range families {
+		if ip, ok := ips[f]; ok {
+			out = append(out, ip)
+		}
+	}
+	return out
 }
 
 // nodeFamilies returns the families to proxy: --ip-families, or those

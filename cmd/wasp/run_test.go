@@ -341,6 +341,8 @@ func TestRunSource(t *testing.T) {
 	dump := fe.backend(backends.IPv4).Dump()
 	for _, want := range []string{
 		"node-port-addresses { 198.51.100.1 }",
+		// The loadBalancerSourceRanges exception's node IP: the Node's.
+		"node-ips { 198.51.100.1 }",
 		"cluster-cidrs { 10.244.0.0/16 }",
 		"service demo/web:http/TCP/IPv4\n  cluster-ip 10.96.0.10 tcp dport 80",
 		"node-port 30080",
@@ -349,8 +351,11 @@ func TestRunSource(t *testing.T) {
 			t.Errorf("the IPv4 backend lacks %q:\n%s", want, dump)
 		}
 	}
-	if dump6 := fe.backend(backends.IPv6).Dump(); !strings.Contains(dump6, "service demo/dual:http/TCP/IPv6") {
-		t.Errorf("the IPv6 backend lacks the dual-stack Service:\n%s", dump6)
+	dump6 := fe.backend(backends.IPv6).Dump()
+	for _, want := range []string{"node-ips { 2001:db8:100::1 }", "service demo/dual:http/TCP/IPv6"} {
+		if !strings.Contains(dump6, want) {
+			t.Errorf("the IPv6 backend lacks %q:\n%s", want, dump6)
+		}
 	}
 	for fam, b := range fe.backends {
 		if c := b.Counts(); c.Cleanups != 0 || c.Closes != 1 {

@@ -110,6 +110,7 @@ service default/web:http/TCP/IPv4
   internal cluster -> goto cluster
   cluster { 10.244.1.10:8080 weight 1 }
   local unused
+  serving { 10.244.1.10 }
 `
 
 func TestFirstSyncWaitsForCaches(t *testing.T) {
@@ -460,6 +461,36 @@ func TestServiceCIDRsNotServed(t *testing.T) {
 	for _, a := range client.Actions() {
 		if a.GetResource().Resource == "servicecidrs" {
 			t.Errorf("%s of servicecidrs though discovery does not serve them", a.GetVerb())
+		}
+	}
+}
+
+// TestStateOptionsReachBackend: every node-wide option reaches the
+// backend's State of its family, the node IPs of the
+// loadBalancerSourceRanges exception among them. It fails when an option
+// is added to state.Options and sync leaves it behind.
+func TestStateOptionsReachBackend(t *testing.T) {
+	opts := state.Options{
+		NodePortAddresses: []netip.Addr{netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("2001:db8::1")},
+		NodeIPs:           []netip.Addr{netip.MustParseAddr("198.51.100.2"), netip.MustParseAddr("2001:db8::2")},
+		ServiceCIDRs:      []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("fd00:96::/112")},
+		ClusterCIDRs:      []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:244::/56")},
+		MasqueradeAll:     true,
+	}
+	ov := reflect.ValueOf(opts)
+	for i := range ov.NumField() {
+		if ov.Field(i).IsZero() {
+			t.Fatalf("the test leaves state.Options.%s unset: set it", ov.Type().Field(i).Name)
+		}
+	}
+	be := backendfake.New()
+	p := startWith(t, Opts{Client: fake.NewClientset(node()), State: opts,
+		Backends: map[backends.Family]backends.Backend{backends.IPv4: be, backends.IPv6: be}})
+	waitFor(t, "the first sync", func() bool { return p.Stats().Syncs == 1 })
+	for _, f := range []backends.Family{backends.IPv4, backends.IPv6} {
+		got, want := be.State(f), state.Build(f, opts, nil, nil)
+		if !got.Equal(want) {
+			t.Errorf("%v: programmed:\n%s\nwant:\n%s", f, backendfake.DumpState(got), backendfake.DumpState(want))
 		}
 	}
 }

@@ -99,12 +99,11 @@ func (p *Proxy) sync(ctx context.Context) error {
 	var failed error
 	failures := 0
 	for i, f := range p.families {
-		s := state.Build(f, state.Options{
-			NodePortAddresses: p.opts.State.NodePortAddresses,
-			ServiceCIDRs:      p.serviceCIDRUnion,
-			ClusterCIDRs:      p.opts.State.ClusterCIDRs,
-			MasqueradeAll:     p.opts.State.MasqueradeAll,
-		}, nil, nil)
+		// Every configured option, with the cluster's ServiceCIDRs
+		// added: copied whole, so that no option is left behind.
+		opts := p.opts.State
+		opts.ServiceCIDRs = p.serviceCIDRUnion
+		s := state.Build(f, opts, nil, nil)
 		s.Services = p.sorted[i]
 		err := p.opts.Backends[f].Sync(ctx, s)
 		if report != nil {
