@@ -8,6 +8,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
+	"github.com/wasp-proxy/wasp/abi"
 	"github.com/wasp-proxy/wasp/host/runtime/internal/wasmbin"
 )
 
@@ -22,7 +23,8 @@ import (
 // (docs/abi.md §5.1; the measurements behind the defaults are in
 // docs/performance.md). Zero fields take the defaults.
 type CompileLimits struct {
-	// ModuleBytes caps the size of the binary. Default 32 MiB.
+	// ModuleBytes caps the size of the binary. Default 32 MiB
+	// (abi.MaxModuleSize, the most wasp reads of a module).
 	ModuleBytes int
 	// BodyBytes caps the size of one function body. Default 1 MiB.
 	BodyBytes int
@@ -57,7 +59,7 @@ type CompileLimits struct {
 
 // Defaults for CompileLimits.
 const (
-	DefaultModuleBytes    = 32 << 20
+	DefaultModuleBytes    = abi.MaxModuleSize
 	DefaultBodyBytes      = 1 << 20
 	DefaultDepth          = 16384
 	DefaultEdges          = 32768
