@@ -155,6 +155,30 @@ func fullSyncs(w *fw.Wasp) int {
 	return n
 }
 
+// syncEvents are the log lines (at -v 4) that mark the steps of a sync:
+// one transaction per family, each followed by its conntrack cleanup
+// ("Backend synced"), then "Sync done".
+var syncEvents = regexp.MustCompile(`"Synced nftables table"|"Backend synced".*ipFamily="(IPv4|IPv6)"|"Sync done"`)
+
+// killPoint says where in its work a wasp killed at -v 4 was, from the
+// last sync step its log shows.
+func killPoint(log string) string {
+	all := syncEvents.FindAllStringSubmatch(log, -1)
+	if len(all) == 0 {
+		return "before its first transaction"
+	}
+	last := all[len(all)-1]
+	switch {
+	case strings.Contains(last[0], "Synced nftables table"):
+		return "after a transaction, before its conntrack cleanup"
+	case last[1] == "IPv4":
+		return "between the IPv4 and the IPv6 transaction"
+	case last[1] == "IPv6":
+		return "after both transactions, before the sync's end"
+	}
+	return "between syncs"
+}
+
 // waitFullSync waits until w has completed a full sync (its first, after
 // a start) and returns how long after its start that was noticed.
 func waitFullSync(t *testing.T, w *fw.Wasp, timeout time.Duration) time.Duration {
@@ -324,10 +348,20 @@ func testKillDuringSync(t *testing.T, f *faults) {
 	}
 	budget := f.soak / 4
 	ns := s.namespace(t)
-	w := s.env.StartWasp(t)
+	// -v 4 logs each step of a sync, which tells where a kill landed.
+	startWasp := func() *fw.Wasp { return s.env.StartWasp(t, "-v", "4") }
+	w := startWasp()
 	waitFullSync(t, w, converge)
 	kills := 0
 	killStats := map[string]int{}
+	points := map[string]int{}
+	kill := func() {
+		t.Helper()
+		w.Kill()
+		expectNoPanic(t, w)
+		points[killPoint(w.Log())]++
+		kills++
+	}
 
 	// killWhile kills and restarts wasp at random points until work
 	// returns, then leaves the last wasp running.
@@ -344,11 +378,9 @@ func testKillDuringSync(t *testing.T, f *faults) {
 				return
 			case <-time.After(f.between(30*time.Millisecond, 400*time.Millisecond)):
 			}
-			w.Kill()
-			expectNoPanic(t, w)
-			kills++
+			kill()
 			killStats[phase]++
-			w = s.env.StartWasp(t)
+			w = startWasp()
 		}
 	}
 
@@ -356,7 +388,8 @@ func testKillDuringSync(t *testing.T, f *faults) {
 	start := time.Now()
 	killWhile("create", func() error {
 		return parallel(n, func(i int) error {
-			svc, err := f.bulk.CoreV1().Services(ns).Create(s.ctx, fw.ServiceSpec{Name: fmt.Sprintf("big-%d", i), Namespace: ns}.Object(), metav1.CreateOptions{})
+			spec := fw.ServiceSpec{Name: fmt.Sprintf("big-%d", i), Namespace: ns, DualStack: true}
+			svc, err := f.bulk.CoreV1().Services(ns).Create(s.ctx, spec.Object(), metav1.CreateOptions{})
 			if err != nil {
 				return fmt.Errorf("create service big-%d: %w", i, err)
 			}
@@ -373,32 +406,49 @@ func testKillDuringSync(t *testing.T, f *faults) {
 	// measured on an undisturbed start, then each kill lands at a random
 	// point up to 1.5 times that.
 	w.Kill()
-	w = s.env.StartWasp(t)
+	w = startWasp()
 	full := waitFullSync(t, w, 3*converge)
 	t.Logf("%d Services created in %s; an undisturbed start completes its first full sync in %s", n, created.Round(time.Millisecond), full.Round(time.Millisecond))
 	startupKills, beforeSync := 0, 0
 	phaseStart := time.Now()
 	w.Kill()
 	for i := 0; i < rounds && (i < 5 || time.Since(phaseStart) < budget); i++ {
-		w = s.env.StartWasp(t)
+		w = startWasp()
 		time.Sleep(f.between(0, full*3/2))
 		if fullSyncs(w) == 0 {
 			beforeSync++
 		}
-		w.Kill()
-		expectNoPanic(t, w)
+		kill()
 		startupKills++
-		kills++
+	}
+
+	// Kills right after the first transaction of a start-up's full sync
+	// (IPv4) committed, while the IPv6 one is planned or sent: the
+	// Services are dual-stack so that it takes a while.
+	for range 5 {
+		w = startWasp()
+		fw.Eventually(t, 3*converge, func() error {
+			if !strings.Contains(w.Log(), `"Synced nftables table"`) {
+				time.Sleep(time.Millisecond) // Eventually waits 50 ms
+				if !strings.Contains(w.Log(), `"Synced nftables table"`) {
+					return errors.New("wasp has not committed a transaction yet")
+				}
+			}
+			return nil
+		})
+		kill()
+		killStats["after the first transaction"]++
 	}
 
 	// The survivor: a wasp that is not killed.
-	w = s.env.StartWasp(t)
+	w = startWasp()
 	waitFullSync(t, w, 3*converge)
 	verifyBig(t, f, services, 1)
 	expectNoCrash(t, w)
 	w, clean := expectCleanStartRuleset(t, s, w, fmt.Sprintf("after %d kills", kills))
-	t.Logf("kill -9 during large syncs: %d kills (%d while creating %d Services, %d while replacing their endpoints, %d in a start-up's first full sync, %d of them before it was done); the final ruleset equals a clean start's: %s",
-		kills, killStats["create"], n, killStats["replace endpoints"], startupKills, beforeSync, clean.Counts())
+	t.Logf("kill -9 during large syncs: %d kills (%d while creating %d dual-stack Services, %d while replacing their endpoints, %d in a start-up's first full sync, %d of them before it was done, %d right after its first transaction); the final ruleset equals a clean start's: %s",
+		kills, killStats["create"], n, killStats["replace endpoints"], startupKills, beforeSync, killStats["after the first transaction"], clean.Counts())
+	t.Logf("where the kills landed, from each killed wasp's last logged step: %v", points)
 
 	// Leave the next scenarios a small cluster.
 	if err := parallel(n, func(i int) error { return f.deleteService(services[i]) }); err != nil {
@@ -434,23 +484,28 @@ func expectCleanStartRuleset(t *testing.T, s *suite, w *fw.Wasp, what string) (*
 	return w, clean
 }
 
-// verifyBig sends one request to every Service (and eight to one in ten)
-// and fails t unless each is answered by one of its endpoints of
-// generation gen.
+// verifyBig sends one request to every Service's IPv4 ClusterIP (and
+// eight to one in ten, two of them to its IPv6 ClusterIP) and fails t
+// unless each is answered by one of its endpoints of generation gen.
 func verifyBig(t *testing.T, f *faults, services []*v1.Service, gen int) {
 	t.Helper()
 	ips := make([]netip.Addr, len(services))
+	ip6s := make([]netip.Addr, len(services))
 	for i, svc := range services {
 		ips[i] = fw.ClusterIP(t, svc, v1.IPv4Protocol)
+		ip6s[i] = fw.ClusterIP(t, svc, v1.IPv6Protocol)
 	}
 	err := parallel(len(services), func(i int) error {
 		want := bigEndpoints(i, gen)
-		ip := ips[i]
 		tries := 1
 		if i%10 == 0 {
 			tries = 8
 		}
-		for range tries {
+		for k := range tries {
+			ip := ips[i]
+			if k%4 == 3 {
+				ip = ip6s[i]
+			}
 			id, err := fw.Ask(f.client(), "tcp", ip, 80, ask)
 			if err != nil {
 				return fmt.Errorf("service %s (%s): %w", services[i].Name, ip, err)
@@ -466,22 +521,24 @@ func verifyBig(t *testing.T, f *faults, services []*v1.Service, gen int) {
 	}
 }
 
-// putSlice creates or replaces the IPv4 EndpointSlice of svc with pods,
-// generation gen telling which (0: create).
+// putSlice creates or replaces the EndpointSlice of each of svc's IP
+// families with pods, generation gen telling which (0: create).
 func (f *faults) putSlice(svc *v1.Service, gen int, pods []string) error {
-	slice, err := f.env.Slice(svc, v1.IPv4Protocol, fw.Ready(pods...)...)
-	if err != nil {
-		return err
-	}
-	api := f.bulk.DiscoveryV1().EndpointSlices(svc.Namespace)
-	if gen == 0 {
-		_, err = api.Create(f.ctx, slice, metav1.CreateOptions{})
-	} else {
-		// No resourceVersion: an unconditional replace.
-		_, err = api.Update(f.ctx, slice, metav1.UpdateOptions{})
-	}
-	if err != nil {
-		return fmt.Errorf("endpointslice %s/%s: %w", slice.Namespace, slice.Name, err)
+	for _, family := range svc.Spec.IPFamilies {
+		slice, err := f.env.Slice(svc, family, fw.Ready(pods...)...)
+		if err != nil {
+			return err
+		}
+		api := f.bulk.DiscoveryV1().EndpointSlices(svc.Namespace)
+		if gen == 0 {
+			_, err = api.Create(f.ctx, slice, metav1.CreateOptions{})
+		} else {
+			// No resourceVersion: an unconditional replace.
+			_, err = api.Update(f.ctx, slice, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			return fmt.Errorf("endpointslice %s/%s: %w", slice.Namespace, slice.Name, err)
+		}
 	}
 	return nil
 }
