@@ -37,11 +37,8 @@ import (
 //	  serving { 10.244.1.10, 10.244.2.10 } # omitted when none
 //
 // An "internal" or "external" line names the traffic policy (cluster or
-// local) and the verdict for new connections, per upstream kube-proxy:
-// "reject" when the service has no endpoint at all (HasAnyEndpoints
-// false); "drop" when it has some but the policy's set is empty or unused
-// (for example internalTrafficPolicy Local with no endpoint on the node);
-// otherwise "goto" the policy's set. An endpoint set prints as "unused"
+// local) and the verdict of Service.InternalRoute or ExternalRoute:
+// "reject", "drop", or "goto" the policy's set. An endpoint set prints as "unused"
 // when nil and as "{ }" when used but empty.
 func DumpState(s *backends.State) string {
 	var b strings.Builder
@@ -91,9 +88,9 @@ func dumpService(b *strings.Builder, svc *backends.Service) {
 	if svc.AffinityTimeout != 0 {
 		fmt.Fprintf(b, "  affinity client-ip timeout %ds\n", svc.AffinityTimeout)
 	}
-	fmt.Fprintf(b, "  internal %s\n", verdict(svc, svc.InternalPolicyLocal))
-	if svc.NodePort != 0 || len(svc.ExternalIPs) > 0 || len(svc.LoadBalancerVIPs) > 0 {
-		fmt.Fprintf(b, "  external %s\n", verdict(svc, svc.ExternalPolicyLocal))
+	fmt.Fprintf(b, "  internal %s\n", verdict(svc.InternalRoute()))
+	if svc.ExternallyReachable() {
+		fmt.Fprintf(b, "  external %s\n", verdict(svc.ExternalRoute()))
 	}
 	fmt.Fprintf(b, "  cluster %s\n", endpointSet(svc.Cluster))
 	fmt.Fprintf(b, "  local %s\n", endpointSet(svc.Local))
@@ -102,20 +99,16 @@ func dumpService(b *strings.Builder, svc *backends.Service) {
 	}
 }
 
-// verdict is "<policy> -> <verdict>" for the traffic policy that uses the
-// local set if local, else the cluster set (see DumpState).
-func verdict(svc *backends.Service, local bool) string {
-	policy, eps := "cluster", svc.Cluster
-	if local {
-		policy, eps = "local", svc.Local
+// verdict is "<policy> -> <verdict>" for a route (see DumpState).
+func verdict(r backends.Route) string {
+	policy := "cluster"
+	if r.Local {
+		policy = "local"
 	}
-	switch {
-	case !svc.HasAnyEndpoints:
-		return policy + " -> reject"
-	case len(eps) == 0:
-		return policy + " -> drop"
+	if r.Verdict == backends.Forward {
+		return policy + " -> goto " + policy
 	}
-	return policy + " -> goto " + policy
+	return policy + " -> " + r.Verdict.String()
 }
 
 func endpointSet(eps []backends.Endpoint) string {

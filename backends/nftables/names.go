@@ -199,6 +199,15 @@ func newServiceNames(svc *backends.Service) serviceNames {
 	}
 }
 
+// policy returns the policy chain a route forwards to: the local or the
+// cluster one.
+func (n *serviceNames) policy(r backends.Route) string {
+	if r.Local {
+		return n.local
+	}
+	return n.cluster
+}
+
 // endpointBase returns the name base of an endpoint of svc: upstream's
 // "<hash>-ns/name/proto/port__ip/port", IPv6 colons turned into dots
 // (colons are not allowed in names).

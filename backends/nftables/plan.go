@@ -300,23 +300,14 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 	usesCluster := len(svc.Cluster) > 0
 	usesLocal := len(svc.Local) > 0
 
-	internalChain, hasInternal := names.cluster, hasEndpoints && usesCluster
-	if svc.InternalPolicyLocal {
-		internalChain, hasInternal = names.local, hasEndpoints && usesLocal
-	}
-	externalPolicyChain, hasExternal := names.cluster, hasEndpoints && usesCluster
-	if svc.ExternalPolicyLocal {
-		externalPolicyChain, hasExternal = names.local, hasEndpoints && usesLocal
-	}
-	externallyAccessible := svc.NodePort != 0 || len(svc.ExternalIPs) > 0 || len(svc.LoadBalancerVIPs) > 0
+	internal, external := svc.InternalRoute(), svc.ExternalRoute()
+	internalChain, hasInternal := names.policy(internal), internal.Verdict == backends.Forward
+	externalPolicyChain, hasExternal := names.policy(external), external.Verdict == backends.Forward
 	// The external chain exists whenever there are endpoints anywhere,
 	// for its short-circuit rules, even with none for external traffic.
-	usesExternal := hasEndpoints && externallyAccessible
+	usesExternal := hasEndpoints && svc.ExternallyReachable()
 
-	internalVerdict, externalVerdict := Verdict{Kind: Drop}, Verdict{Kind: Drop}
-	if !hasEndpoints {
-		internalVerdict, externalVerdict = Verdict{Goto, rejectChain}, Verdict{Goto, rejectChain}
-	}
+	internalVerdict, externalVerdict := noEndpointVerdict(internal), noEndpointVerdict(external)
 
 	dispatch := func(a netip.Addr) ElemKey { return ElemKey{Addr: a, Proto: proto, Port: svc.Port} }
 	elem := func(set string, k ElemKey, v Verdict) {
@@ -565,6 +556,14 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 		f.Chains = append(f.Chains, c)
 	}
 	return f
+}
+
+// noEndpointVerdict is the verdict of a route that does not forward.
+func noEndpointVerdict(r backends.Route) Verdict {
+	if r.Verdict == backends.Reject {
+		return Verdict{Goto, rejectChain}
+	}
+	return Verdict{Kind: Drop}
 }
 
 // numgen spreads new connections over endpoints in proportion to their

@@ -194,13 +194,10 @@ func (p *Proxy) familySync(s *backends.State, err error, triggers map[serviceFam
 func noLocalEndpoints(svcs []backends.Service) (internal, external int) {
 	for i := range svcs {
 		s := &svcs[i]
-		if !s.HasAnyEndpoints || len(s.Local) > 0 {
-			continue
-		}
-		if s.InternalPolicyLocal {
+		if r := s.InternalRoute(); r.Local && r.Verdict == backends.Drop {
 			internal++
 		}
-		if s.ExternalPolicyLocal {
+		if r := s.ExternalRoute(); r.Local && r.Verdict == backends.Drop {
 			external++
 		}
 	}
