@@ -1,7 +1,6 @@
 package nftables
 
 import (
-	"math"
 	"net/netip"
 	"slices"
 
@@ -567,47 +566,18 @@ func noEndpointVerdict(r backends.Route) Verdict {
 }
 
 // numgen spreads new connections over endpoints in proportion to their
-// weights, divided by their greatest common divisor: weights 3 and 1 give
+// weights, normalised by backends.NormalizeWeights: weights 3 and 1 give
 // "numgen random mod 4 vmap { 0-2 : goto A, 3 : goto B }", equal weights
 // upstream's "numgen random mod N vmap { 0 : goto A, 1 : goto B, ... }".
-// Should the reduced weights add up past 2^31-1, each is scaled down
-// proportionally (to at least 1) to keep the modulus within 32 bits.
 func numgen(eps []backends.Endpoint, chain func(int) string) Numgen {
-	g := uint64(0)
-	for _, ep := range eps {
-		g = gcd(g, uint64(max(ep.Weight, 1)))
-	}
-	ws := make([]uint64, len(eps))
-	var total uint64
-	for i, ep := range eps {
-		ws[i] = uint64(max(ep.Weight, 1)) / g
-		total += ws[i]
-	}
-	const limit = math.MaxInt32
-	if total > limit {
-		// ws[i] < 2^32 and limit < 2^31: the product fits; the sum ends
-		// below limit+len(ws).
-		scaled := uint64(0)
-		for i := range ws {
-			ws[i] = max(1, ws[i]*limit/total)
-			scaled += ws[i]
-		}
-		total = scaled
-	}
-	n := Numgen{Mod: uint32(total)}
+	ws, total := backends.NormalizeWeights(eps)
+	n := Numgen{Mod: total}
 	var lo uint64
 	for i, w := range ws {
-		n.Targets = append(n.Targets, NumgenTarget{Lo: uint32(lo), Hi: uint32(lo + w - 1), Chain: chain(i)})
-		lo += w
+		n.Targets = append(n.Targets, NumgenTarget{Lo: uint32(lo), Hi: uint32(lo + uint64(w) - 1), Chain: chain(i)})
+		lo += uint64(w)
 	}
 	return n
-}
-
-func gcd(a, b uint64) uint64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
 }
 
 // nodeAllowed reports whether one of the node's addresses is in sources.

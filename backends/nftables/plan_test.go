@@ -185,6 +185,7 @@ func TestNumgenWeights(t *testing.T) {
 		})
 	}
 	t.Run("huge weights fit 32 bits", func(t *testing.T) {
+		// backends.NormalizeWeights scales them; the ranges follow.
 		eps := []backends.Endpoint{{Weight: 1<<32 - 1}, {Weight: 1<<32 - 2}, {Weight: 1}}
 		n := numgen(eps, chain)
 		if n.Mod == 0 || n.Mod > 1<<31+3 || n.Targets[2].Lo != n.Targets[2].Hi {
