@@ -732,7 +732,7 @@ func (cp *compiler) anonAddrSet(ps []netip.Prefix) (*nft.Set, error) {
 		lo, end netip.Addr // end: first address after the range; invalid past the top
 	}
 	var rs []rng
-	for _, p := range normalizePrefixes(ps) {
+	for _, p := range backends.NormalizePrefixes(ps) {
 		lo := p.Masked().Addr()
 		end := lastAddr(p).Next()
 		if n := len(rs); n > 0 && rs[n-1].end == lo {

@@ -56,8 +56,8 @@ func (w *stateWide) equal(o *stateWide) bool {
 func (p *planner) plan(s *backends.State) *Ruleset {
 	wide := stateWide{
 		masqueradeAll: s.MasqueradeAll,
-		podCIDRs:      normalizePrefixes(s.ClusterCIDRs),
-		nodeIPs:       sortedAddrs(s.NodeIPs),
+		podCIDRs:      backends.NormalizePrefixes(s.ClusterCIDRs),
+		nodeIPs:       backends.SortedAddrs(s.NodeIPs),
 	}
 	old := p.cache
 	if !wide.equal(&p.wide) {
@@ -207,7 +207,7 @@ func (p *planner) global(s *backends.State, classes map[bucketClass]bool) *Fragm
 		Exprs:   []Expr{SetMatch{fam, DAddr, clusterIPsSet}, Reject{}},
 		Comment: "Reject traffic to invalid ports of ClusterIPs",
 	}}
-	if cidrs := normalizePrefixes(s.ServiceCIDRs); len(cidrs) > 0 {
+	if cidrs := backends.NormalizePrefixes(s.ServiceCIDRs); len(cidrs) > 0 {
 		chains[clusterIPsCheckChain].Rules = append(chains[clusterIPsCheckChain].Rules, Rule{
 			Exprs:   []Expr{AddrMatch{Family: fam, Field: DAddr, Prefixes: cidrs, Braces: true}, Verdict{Kind: Drop}},
 			Comment: "Drop traffic to unallocated ClusterIPs",
@@ -219,7 +219,7 @@ func (p *planner) global(s *backends.State, classes map[bucketClass]bool) *Fragm
 	// configured addresses.
 	var nodePortMatch []Expr
 	var nodePortIPs []netip.Addr
-	for _, a := range sortedAddrs(s.NodePortAddresses) {
+	for _, a := range backends.SortedAddrs(s.NodePortAddresses) {
 		if !a.IsLoopback() {
 			nodePortIPs = append(nodePortIPs, a)
 		}
@@ -321,7 +321,7 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 		elem(noEndpointServicesMap, dispatch(svc.ClusterIP), internalVerdict)
 	}
 	// External IPs and load-balancer VIPs.
-	for _, list := range [][]netip.Addr{sortedAddrs(svc.ExternalIPs), sortedAddrs(svc.LoadBalancerVIPs)} {
+	for _, list := range [][]netip.Addr{backends.SortedAddrs(svc.ExternalIPs), backends.SortedAddrs(svc.LoadBalancerVIPs)} {
 		for _, a := range list {
 			if hasEndpoints {
 				elem(serviceIPsMap, dispatch(a), Verdict{Goto, names.external})
@@ -331,9 +331,10 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 			}
 		}
 	}
-	usesFirewall := len(svc.LoadBalancerVIPs) > 0 && len(svc.LoadBalancerSourceRanges) > 0
+	firewall := svc.FirewallSources(w.nodeIPs)
+	usesFirewall := firewall != nil
 	if usesFirewall {
-		for _, a := range sortedAddrs(svc.LoadBalancerVIPs) {
+		for _, a := range backends.SortedAddrs(svc.LoadBalancerVIPs) {
 			elem(firewallIPsMap, dispatch(a), Verdict{Goto, names.firewall})
 		}
 	}
@@ -476,7 +477,7 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 			addrs = append(addrs, svc.LoadBalancerVIPs...)
 			nodePort = svc.NodePort
 		}
-		addrs = sortedAddrs(addrs)
+		addrs = backends.SortedAddrs(addrs)
 		for _, a := range addrs {
 			elem(classes, dispatch(a), toClass)
 		}
@@ -525,17 +526,8 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 	}
 
 	if usesFirewall {
-		sources := normalizePrefixes(svc.LoadBalancerSourceRanges)
-		// A VIP bound to this node loops back with the VIP as source:
-		// allow it when the node itself is allowed.
-		if nodeAllowed(sources, w.nodeIPs) {
-			for _, a := range sortedAddrs(svc.LoadBalancerVIPs) {
-				sources = append(sources, netip.PrefixFrom(a, a.BitLen()))
-			}
-			sources = normalizePrefixes(sources)
-		}
 		f.Chains = append(f.Chains, &Chain{Name: names.firewall, Rules: []Rule{{
-			Exprs: []Expr{AddrMatch{Family: fam, Field: SAddr, Neg: true, Prefixes: sources, Braces: true}, Verdict{Kind: Drop}},
+			Exprs: []Expr{AddrMatch{Family: fam, Field: SAddr, Neg: true, Prefixes: firewall, Braces: true}, Verdict{Kind: Drop}},
 		}}})
 	}
 
@@ -578,53 +570,6 @@ func numgen(eps []backends.Endpoint, chain func(int) string) Numgen {
 		lo += uint64(w)
 	}
 	return n
-}
-
-// nodeAllowed reports whether one of the node's addresses is in sources.
-func nodeAllowed(sources []netip.Prefix, nodeIPs []netip.Addr) bool {
-	for _, p := range sources {
-		for _, a := range nodeIPs {
-			if p.Contains(a) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// normalizePrefixes returns the prefixes masked, sorted and without
-// duplicates or prefixes inside another one: what an interval set holds.
-func normalizePrefixes(ps []netip.Prefix) []netip.Prefix {
-	if len(ps) == 0 {
-		return nil
-	}
-	out := make([]netip.Prefix, 0, len(ps))
-	for _, p := range ps {
-		out = append(out, p.Masked())
-	}
-	slices.SortFunc(out, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	})
-	kept := out[:0]
-	for _, p := range out {
-		if len(kept) > 0 && kept[len(kept)-1].Contains(p.Addr()) {
-			continue // same or inside the previous prefix (sorted by start, shorter first)
-		}
-		kept = append(kept, p)
-	}
-	return kept
-}
-
-func sortedAddrs(as []netip.Addr) []netip.Addr {
-	if len(as) == 0 {
-		return nil
-	}
-	out := slices.Clone(as)
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
 }
 
 // serviceEqual reports whether two service ports plan alike: Equal but
