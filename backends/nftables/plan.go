@@ -44,20 +44,20 @@ func newPlanner(cfg config) *planner {
 
 // stateWide are the State fields a service port's fragment depends on.
 type stateWide struct {
-	masqueradeAll bool
-	podCIDRs      []netip.Prefix // local-traffic detection; empty: none
-	nodeIPs       []netip.Addr   // for the firewall's node exception
+	masq     backends.Masquerade // of traffic to the ClusterIP
+	podCIDRs []netip.Prefix      // local-traffic detection; empty: none
+	nodeIPs  []netip.Addr        // for the firewall's node exception
 }
 
 func (w *stateWide) equal(o *stateWide) bool {
-	return w.masqueradeAll == o.masqueradeAll && slices.Equal(w.podCIDRs, o.podCIDRs) && slices.Equal(w.nodeIPs, o.nodeIPs)
+	return w.masq == o.masq && slices.Equal(w.podCIDRs, o.podCIDRs) && slices.Equal(w.nodeIPs, o.nodeIPs)
 }
 
 func (p *planner) plan(s *backends.State) *Ruleset {
 	wide := stateWide{
-		masqueradeAll: s.MasqueradeAll,
-		podCIDRs:      backends.NormalizePrefixes(s.ClusterCIDRs),
-		nodeIPs:       backends.SortedAddrs(s.NodeIPs),
+		masq:     s.InternalMasquerade(),
+		podCIDRs: backends.NormalizePrefixes(s.ClusterCIDRs),
+		nodeIPs:  backends.SortedAddrs(s.NodeIPs),
 	}
 	old := p.cache
 	if !wide.equal(&p.wide) {
@@ -354,12 +354,10 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 	if hasInternal {
 		match := []Expr{AddrMatch{Family: fam, Field: DAddr, Prefixes: []netip.Prefix{netip.PrefixFrom(svc.ClusterIP, svc.ClusterIP.BitLen())}},
 			DPort{proto, svc.Port}}
-		switch {
-		case w.masqueradeAll:
+		switch w.masq {
+		case backends.MasqueradeAll:
 			masq = []Rule{{Exprs: append(match, Verdict{Jump, markMasqChain})}}
-		case len(w.podCIDRs) > 0:
-			// Off-cluster traffic to a ClusterIP may come back through
-			// another node: masquerade it.
+		case backends.MasqueradeOffCluster:
 			masq = []Rule{{Exprs: append(match, AddrMatch{Family: fam, Field: SAddr, Neg: true, Prefixes: w.podCIDRs},
 				Verdict{Jump, markMasqChain})}}
 		}
@@ -502,10 +500,13 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 
 	if usesExternal {
 		c := &Chain{Name: names.external}
-		if !svc.ExternalPolicyLocal {
-			// Endpoints may be on other nodes: masquerade.
+		switch svc.ExternalMasquerade() {
+		case backends.MasqueradeAll:
 			c.Rules = append(c.Rules, Rule{Exprs: []Expr{Verdict{Jump, markMasqChain}}})
-		} else if usesCluster {
+		case backends.MasqueradeFromNode:
+			if !usesCluster {
+				break
+			}
 			// Pod and host traffic to an external address acts as if it
 			// went out to the load balancer and back: Cluster policy.
 			if len(w.podCIDRs) > 0 {
