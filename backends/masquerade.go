@@ -1,7 +1,5 @@
 package backends
 
-import "strconv"
-
 // Masquerade says which new connections to a service port a dataplane
 // masquerades (source-NATs to a node address) on their way to an
 // endpoint, so that the reply comes back through this node. Whatever it
@@ -28,12 +26,7 @@ var masqueradeNames = map[Masquerade]string{MasqueradeNone: "none", MasqueradeAl
 	MasqueradeOffCluster: "off-cluster", MasqueradeFromNode: "from-node"}
 
 // String returns "none", "all", "off-cluster", "from-node" or "masquerade(N)".
-func (m Masquerade) String() string {
-	if n, ok := masqueradeNames[m]; ok {
-		return n
-	}
-	return "masquerade(" + strconv.Itoa(int(m)) + ")"
-}
+func (m Masquerade) String() string { return enumString(masqueradeNames, "masquerade", m) }
 
 // InternalMasquerade is what traffic to a ClusterIP masquerades, for every
 // service port of the State: all of it with MasqueradeAll; else, when

@@ -2,6 +2,14 @@ package backends
 
 import "strconv"
 
+// enumString returns the name of v, or "what(N)" for a value without one.
+func enumString[T ~uint8](names map[T]string, what string, v T) string {
+	if n, ok := names[v]; ok {
+		return n
+	}
+	return what + "(" + strconv.Itoa(int(v)) + ")"
+}
+
 // Verdict is what a dataplane does with a new connection to a service
 // port: reject it, drop it, or forward it to one of a set of endpoints.
 type Verdict uint8
@@ -21,12 +29,7 @@ const (
 var verdictNames = map[Verdict]string{Reject: "reject", Drop: "drop", Forward: "forward"}
 
 // String returns "reject", "drop", "forward" or "verdict(N)".
-func (v Verdict) String() string {
-	if n, ok := verdictNames[v]; ok {
-		return n
-	}
-	return "verdict(" + strconv.Itoa(int(v)) + ")"
-}
+func (v Verdict) String() string { return enumString(verdictNames, "verdict", v) }
 
 // Route is where new connections of one kind of traffic (internal: to the
 // ClusterIP; external: to a NodePort, an external IP or a load-balancer

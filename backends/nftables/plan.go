@@ -219,13 +219,14 @@ func (p *planner) global(s *backends.State, classes map[bucketClass]bool) *Fragm
 	// configured addresses.
 	var nodePortMatch []Expr
 	var nodePortIPs []netip.Addr
-	for _, a := range backends.SortedAddrs(s.NodePortAddresses) {
+	addrs, all := s.NodePortAddrs()
+	for _, a := range addrs {
 		if !a.IsLoopback() {
 			nodePortIPs = append(nodePortIPs, a)
 		}
 	}
 	var noEndpointNodePortMatch []Expr
-	if len(s.NodePortAddresses) == 0 {
+	if all {
 		loop := netip.MustParsePrefix("127.0.0.0/8")
 		if fam == backends.IPv6 {
 			loop = netip.MustParsePrefix("::1/128")
@@ -313,39 +314,36 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 		f.addElement(Element{Set: set, Key: k, Value: v})
 	}
 
-	// ClusterIP.
-	elem(clusterIPsSet, ElemKey{Addr: svc.ClusterIP}, Verdict{})
-	if hasInternal {
-		elem(serviceIPsMap, dispatch(svc.ClusterIP), Verdict{Goto, internalChain})
-	} else {
-		elem(noEndpointServicesMap, dispatch(svc.ClusterIP), internalVerdict)
-	}
-	// External IPs and load-balancer VIPs.
-	for _, list := range [][]netip.Addr{backends.SortedAddrs(svc.ExternalIPs), backends.SortedAddrs(svc.LoadBalancerVIPs)} {
-		for _, a := range list {
-			if hasEndpoints {
-				elem(serviceIPsMap, dispatch(a), Verdict{Goto, names.external})
-			}
-			if !hasExternal {
-				elem(noEndpointServicesMap, dispatch(a), externalVerdict)
-			}
-		}
-	}
 	firewall := svc.FirewallSources(w.nodeIPs)
 	usesFirewall := firewall != nil
-	if usesFirewall {
-		for _, a := range backends.SortedAddrs(svc.LoadBalancerVIPs) {
-			elem(firewallIPsMap, dispatch(a), Verdict{Goto, names.firewall})
-		}
-	}
-	// NodePort.
-	if svc.NodePort != 0 {
-		k := ElemKey{Proto: proto, Port: svc.NodePort}
-		if hasEndpoints {
-			elem(serviceNodePortsMap, k, Verdict{Goto, names.external})
-		}
-		if !hasExternal {
-			elem(noEndpointNodePortsMap, k, externalVerdict)
+	frontends := svc.Frontends()
+	for _, fe := range frontends {
+		switch fe.Kind {
+		case backends.FrontendClusterIP:
+			elem(clusterIPsSet, ElemKey{Addr: fe.Addr}, Verdict{})
+			if hasInternal {
+				elem(serviceIPsMap, dispatch(fe.Addr), Verdict{Goto, internalChain})
+			} else {
+				elem(noEndpointServicesMap, dispatch(fe.Addr), internalVerdict)
+			}
+		case backends.FrontendExternalIP, backends.FrontendLoadBalancer:
+			if hasEndpoints {
+				elem(serviceIPsMap, dispatch(fe.Addr), Verdict{Goto, names.external})
+			}
+			if !hasExternal {
+				elem(noEndpointServicesMap, dispatch(fe.Addr), externalVerdict)
+			}
+			if fe.Kind == backends.FrontendLoadBalancer && usesFirewall {
+				elem(firewallIPsMap, dispatch(fe.Addr), Verdict{Goto, names.firewall})
+			}
+		case backends.FrontendNodePort:
+			k := ElemKey{Proto: proto, Port: fe.Port}
+			if hasEndpoints {
+				elem(serviceNodePortsMap, k, Verdict{Goto, names.external})
+			}
+			if !hasExternal {
+				elem(noEndpointNodePortsMap, k, externalVerdict)
+			}
 		}
 	}
 
@@ -466,14 +464,16 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 		f.classes = append(f.classes, bc)
 		toClass := Verdict{Goto, bc.name()}
 		var addrs []netip.Addr
-		if reach[pc.name].clusterIP {
-			addrs = append(addrs, svc.ClusterIP)
-		}
 		nodePort := uint16(0)
-		if reach[pc.name].external {
-			addrs = append(addrs, svc.ExternalIPs...)
-			addrs = append(addrs, svc.LoadBalancerVIPs...)
-			nodePort = svc.NodePort
+		for _, fe := range frontends {
+			switch {
+			case !fe.External() && reach[pc.name].clusterIP:
+				addrs = append(addrs, fe.Addr)
+			case fe.Kind == backends.FrontendNodePort && reach[pc.name].external:
+				nodePort = fe.Port
+			case fe.External() && reach[pc.name].external:
+				addrs = append(addrs, fe.Addr)
+			}
 		}
 		addrs = backends.SortedAddrs(addrs)
 		for _, a := range addrs {
