@@ -85,7 +85,7 @@ type Service struct {
 	Namespace string
 	Name      string
 	PortName  string
-	Protocol  string // TCP, UDP or SCTP
+	Protocol  Protocol
 
 	ClusterIP                netip.Addr
 	Port                     uint16

@@ -86,9 +86,7 @@ func (v *validator) service(svc *Service) {
 	if svc.Name == "" {
 		v.addf("name", "empty")
 	}
-	switch svc.Protocol {
-	case "TCP", "UDP", "SCTP":
-	default:
+	if !svc.Protocol.Valid() {
 		v.addf("protocol", "%q, want TCP, UDP or SCTP", svc.Protocol)
 	}
 	v.addrAt("clusterIP", -1, "", svc.ClusterIP)

@@ -59,7 +59,7 @@ func tcp(dst string, dport uint16, replySrc string, rport uint16) flow {
 // service returns a valid service port; key orders it in the State.
 func service(key, proto, clusterIP string, port uint16, f func(*backends.Service)) backends.Service {
 	svc := backends.Service{
-		Key: key, Namespace: "default", Name: strings.SplitN(key, ":", 2)[0], Protocol: proto,
+		Key: key, Namespace: "default", Name: strings.SplitN(key, ":", 2)[0], Protocol: backends.Protocol(proto),
 		ClusterIP: addr(clusterIP), Port: port, HasAnyEndpoints: true,
 	}
 	if f != nil {

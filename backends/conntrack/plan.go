@@ -9,12 +9,8 @@ import (
 )
 
 // protoUDP is IPPROTO_UDP, the protocol number of the flows the
-// reconciler considers. It is spelled out rather than taken from
-// golang.org/x/sys/unix so the plan compiles on every platform.
-const protoUDP = 17
-
-// protocolUDP is how backends.Service names the protocol.
-const protocolUDP = "UDP"
+// reconciler considers.
+const protoUDP = backends.ProtoNumberUDP
 
 // flow is the part of a conntrack entry the reconciler looks at: the
 // original (client to frontend) and reply (backend to client) tuples.
@@ -72,7 +68,7 @@ func planFor(s *backends.State) plan {
 	p := plan{frontends: map[frontend][]netip.Addr{}, nodePorts: map[uint16][]netip.Addr{}}
 	for i := range s.Services {
 		svc := &s.Services[i]
-		if svc.Protocol != protocolUDP || len(svc.Serving) == 0 {
+		if svc.Protocol != backends.UDP || len(svc.Serving) == 0 {
 			continue
 		}
 		add := func(m map[frontend][]netip.Addr, a netip.Addr) {

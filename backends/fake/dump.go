@@ -69,7 +69,7 @@ func DumpState(s *backends.State) string {
 
 func dumpService(b *strings.Builder, svc *backends.Service) {
 	fmt.Fprintf(b, "service %s\n", svc.Key)
-	fmt.Fprintf(b, "  cluster-ip %s %s dport %d\n", svc.ClusterIP, strings.ToLower(svc.Protocol), svc.Port)
+	fmt.Fprintf(b, "  cluster-ip %s %s dport %d\n", svc.ClusterIP, svc.Protocol.Lower(), svc.Port)
 	if len(svc.ExternalIPs) > 0 {
 		fmt.Fprintf(b, "  external-ips %s\n", set(sortedAddrs(svc.ExternalIPs)))
 	}

@@ -303,9 +303,9 @@ func (v elemValue) string(s *Set) string {
 
 // IP protocol numbers of the Service protocols.
 const (
-	protoTCP  = 6
-	protoUDP  = 17
-	protoSCTP = 132
+	protoTCP  = backends.ProtoNumberTCP
+	protoUDP  = backends.ProtoNumberUDP
+	protoSCTP = backends.ProtoNumberSCTP
 )
 
 func protoName(p uint8) string {
@@ -318,20 +318,6 @@ func protoName(p uint8) string {
 		return "sctp"
 	}
 	return itoa(uint64(p))
-}
-
-// protoNumber maps a Service protocol (TCP, UDP, SCTP) to its number; 0 if
-// unknown.
-func protoNumber(p string) uint8 {
-	switch p {
-	case "TCP":
-		return protoTCP
-	case "UDP":
-		return protoUDP
-	case "SCTP":
-		return protoSCTP
-	}
-	return 0
 }
 
 func ipKeyword(f backends.Family) string {

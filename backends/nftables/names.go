@@ -189,7 +189,7 @@ type serviceNames struct {
 }
 
 func newServiceNames(svc *backends.Service) serviceNames {
-	base := hashed(svc.Namespace + "/" + svc.Name + "/" + strings.ToLower(svc.Protocol) + "/" + svc.PortName)
+	base := hashed(svc.Namespace + "/" + svc.Name + "/" + svc.Protocol.Lower() + "/" + svc.PortName)
 	return serviceNames{
 		base:     base,
 		cluster:  clusterChainPrefix + base,
@@ -213,7 +213,7 @@ func (n *serviceNames) policy(r backends.Route) string {
 // (colons are not allowed in names).
 func endpointBase(svc *backends.Service, ep *backends.Endpoint) string {
 	ip := strings.ReplaceAll(ep.Addr.String(), ":", ".")
-	return hashed(svc.Namespace + "/" + svc.Name + "/" + strings.ToLower(svc.Protocol) + "/" + svc.PortName +
+	return hashed(svc.Namespace + "/" + svc.Name + "/" + svc.Protocol.Lower() + "/" + svc.PortName +
 		"__" + ip + "/" + itoa(uint64(ep.Port)))
 }
 

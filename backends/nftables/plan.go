@@ -288,7 +288,7 @@ var (
 func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 	fam := p.cfg.family
 	names := newServiceNames(svc)
-	proto := protoNumber(svc.Protocol)
+	proto := svc.Protocol.Number()
 	f := &Fragment{Key: svc.Key, elems: p.scratch[:0]}
 	defer func() {
 		// Kept for as long as the service port does not change: exactly

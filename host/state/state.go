@@ -94,7 +94,7 @@ func service(sp *model.ServicePort, r *pipeline.Result) backends.Service {
 		Namespace:                sp.Namespace,
 		Name:                     sp.Name,
 		PortName:                 sp.PortName,
-		Protocol:                 sp.Protocol.String(),
+		Protocol:                 backends.Protocol(sp.Protocol.String()),
 		ClusterIP:                sp.ClusterIP,
 		Port:                     sp.Port,
 		NodePort:                 sp.NodePort,
