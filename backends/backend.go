@@ -3,6 +3,16 @@
 // and the small Backend interface each dataplane (nftables, iptables, ipvs,
 // Windows HNS) implements. It is pure data and imports no kernel code;
 // cmd/wasp wires a concrete backend in.
+//
+// It also owns the decisions every backend makes the same way, as pure
+// methods: the route of internal and external traffic
+// (Service.InternalRoute, ExternalRoute), the frontends a service port
+// answers on (Service.Frontends, State.NodePortAddrs), the sources its
+// load-balancer VIPs allow (Service.FirewallSources), what is masqueraded
+// (State.InternalMasquerade, Service.ExternalMasquerade), the endpoints'
+// weights in their smallest proportion (NormalizeWeights), the protocol's
+// number (Protocol), and Clone and Equal. A backend expresses them; it does
+// not derive them again.
 package backends
 
 import (
