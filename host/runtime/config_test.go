@@ -271,7 +271,7 @@ func TestConfigureExport(t *testing.T) {
 		{name: "message outside memory", wasm: abiModule(t, i64Const(0x10000<<32|4), false, ""), class: runtime.ErrInvalidModule,
 			want: "wasp_configure: invalid-output"},
 		{name: "wrong signature", wasm: abiModule(t, []byte{0x0b}, true, ""), class: runtime.ErrInvalidModule,
-			want: `export "wasp_configure" has signature [] -> []`},
+			want: `export "wasp_configure" has signature () -> (), want (i32, i32) -> (i64)`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
