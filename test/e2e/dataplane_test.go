@@ -230,10 +230,31 @@ func testSourceRanges(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	cur.Spec.LoadBalancerSourceRanges = []string{"203.0.113.0/24", s.env.Cluster.Client.IPv4.String() + "/32"}
-	if _, err := s.env.Client.CoreV1().Services(ns).Update(s.ctx, cur, metav1.UpdateOptions{}); err != nil {
+	cur, err = s.env.Client.CoreV1().Services(ns).Update(s.ctx, cur, metav1.UpdateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, s.client(), "tcp", vip, 80, "a-1")
+
+	// The VIP bound to the node, and only the node's IP in the ranges:
+	// the node's own connection to the VIP leaves with the VIP as source,
+	// which wasp allows because the Node's IP is in the ranges, as
+	// upstream does.
+	node := s.nodeA()
+	if err := node.NS.AddAddrs("lo", netip.PrefixFrom(vip, vip.BitLen())); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if out, err := node.NS.Command(context.Background(), "ip", "addr", "del", vip.String()+"/32", "dev", "lo").CombinedOutput(); err != nil {
+			t.Errorf("remove the VIP from the node: %v: %s", err, out)
+		}
+	})
+	cur.Spec.LoadBalancerSourceRanges = []string{node.IPv4.String() + "/32"}
+	if _, err := s.env.Client.CoreV1().Services(ns).Update(s.ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expectDrop(t, s.client(), "tcp", vip, 80)
+	waitFor(t, node.NS, "tcp", vip, 80, "a-1")
 }
 
 func testAffinity(t *testing.T, s *suite) {
