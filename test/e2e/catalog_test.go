@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	"github.com/wasp-proxy/wasp/host/catalog"
@@ -174,14 +175,20 @@ func serviceProxyModule(name, source string) *unstructured.Unstructured {
 // setSpec sets spec.KEY of the object name to value.
 func setSpec(t *testing.T, s *suite, objs dynamic.ResourceInterface, name, key string, value any) {
 	t.Helper()
-	cur, err := objs.Get(s.ctx, name, metav1.GetOptions{})
+	// wasp writes the object's status meanwhile: read and update again
+	// when the update loses that race.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := objs.Get(s.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if err := unstructured.SetNestedField(cur.Object, value, "spec", key); err != nil {
+			return err
+		}
+		_, err = objs.Update(s.ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unstructured.SetNestedField(cur.Object, value, "spec", key); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := objs.Update(s.ctx, cur, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

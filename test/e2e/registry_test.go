@@ -111,7 +111,9 @@ func TestRegistry(t *testing.T) {
 
 	objs := installServiceProxyModules(t, s)
 	cache := filepath.Join(env.Dir, "cache")
-	w := env.StartWasp(t, "--cache-dir", cache)
+	// The keyless section names a trusted root in env.Dir: the node
+	// lets ServiceProxyModules name files there.
+	w := env.StartWasp(t, "--cache-dir", cache, "--module-file-directory", env.Dir)
 	pid := w.Pid()
 	ip, spread := heavyService(t, s, "registry")
 
@@ -223,7 +225,7 @@ func TestRegistry(t *testing.T) {
 	if out, err := env.RunWasp(ctx, "cleanup"); err != nil {
 		t.Fatalf("wasp cleanup: %v\n%s", err, out)
 	}
-	w2 := env.StartWasp(t, "--cache-dir", cache)
+	w2 := env.StartWasp(t, "--cache-dir", cache, "--module-file-directory", env.Dir)
 	cold := untilHeavy(t, s, ip, w2.Started)
 	if err := spread(0.9); err != nil {
 		t.Fatalf("after a restart with the registry down: %v", err)
