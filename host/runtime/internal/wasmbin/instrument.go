@@ -255,54 +255,21 @@ type instrumenter struct {
 // planTypes finds a () -> () type outside recursion groups in the type
 // section r, or plans to append one.
 func (ins *instrumenter) planTypes(r reader) error {
-	n, err := r.count(1)
+	found := false
+	n, err := r.funcTypes(func(idx uint64, grouped bool) error {
+		if !found && !grouped && r.off+2 <= r.end && r.b[r.off] == 0 && r.b[r.off+1] == 0 {
+			ins.yieldType, found = uint32(idx), true
+		}
+		return r.funcType()
+	})
 	if err != nil {
 		return err
 	}
-	var idx uint64 // type index of the next entry
-	found := false
-	for i := range n {
-		at := r.off
-		form, err := r.byte()
-		if err != nil {
-			return fmt.Errorf("type %d: %w", i, err)
-		}
-		switch form {
-		case 0x60:
-			if !found && r.off+2 <= r.end && r.b[r.off] == 0 && r.b[r.off+1] == 0 {
-				ins.yieldType, found = uint32(idx), true
-			}
-			err = r.funcType()
-			idx++
-		case 0x4e: // recursion group of function types
-			var members int
-			if members, err = r.count(3); err != nil {
-				break
-			}
-			for range members {
-				if err = r.expect(0x60); err != nil {
-					break
-				}
-				if err = r.funcType(); err != nil {
-					break
-				}
-			}
-			idx += uint64(members)
-		default:
-			return fmt.Errorf("type %d at offset %d: unsupported form %#x", i, at, form)
-		}
-		if err != nil {
-			return fmt.Errorf("type %d at offset %d: %w", i, at, err)
-		}
-	}
-	if err := r.done(); err != nil {
-		return err
-	}
 	if !found {
-		if idx >= math.MaxUint32 {
-			return fmt.Errorf("too many types (%d)", idx)
+		if n >= math.MaxUint32 {
+			return fmt.Errorf("too many types (%d)", n)
 		}
-		ins.yieldType, ins.newType = uint32(idx), true
+		ins.yieldType, ins.newType = uint32(n), true
 	}
 	return nil
 }

@@ -544,6 +544,51 @@ func (r *reader) expect(want byte) error {
 	return nil
 }
 
+// funcTypes reads the type section r to its end and calls fn for every
+// function type, in type index order, with r at the type's parameter
+// vector (just past its 0x60 form byte); grouped says whether the type is
+// a member of a recursion group. fn must read the type, as funcType does.
+// It returns the number of types.
+func (r *reader) funcTypes(fn func(idx uint64, grouped bool) error) (uint64, error) {
+	n, err := r.count(1)
+	if err != nil {
+		return 0, err
+	}
+	var idx uint64 // type index of the next entry
+	for i := range n {
+		at := r.off
+		form, err := r.byte()
+		if err != nil {
+			return 0, fmt.Errorf("type %d: %w", i, err)
+		}
+		switch form {
+		case 0x60:
+			err = fn(idx, false)
+			idx++
+		case 0x4e: // recursion group of function types
+			var members int
+			if members, err = r.count(3); err != nil {
+				break
+			}
+			for range members {
+				if err = r.expect(0x60); err != nil {
+					break
+				}
+				if err = fn(idx, true); err != nil {
+					break
+				}
+				idx++
+			}
+		default:
+			return 0, fmt.Errorf("type %d at offset %d: unsupported form %#x", i, at, form)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("type %d at offset %d: %w", i, at, err)
+		}
+	}
+	return idx, r.done()
+}
+
 // funcType skips the parameter and result types of a function type whose
 // 0x60 form byte was read.
 func (r *reader) funcType() error {

@@ -70,50 +70,16 @@ func Shapes(wasm []byte) (*ModuleShape, error) {
 // paramCounts reads a type section and returns the number of parameters of
 // each function type, by type index.
 func paramCounts(r reader) ([]uint64, error) {
-	n, err := r.count(1)
-	if err != nil {
-		return nil, err
-	}
 	var out []uint64
-	// funcType reads a function type, noting its parameter count.
-	funcType := func() error {
+	_, err := r.funcTypes(func(uint64, bool) error {
 		n, _, err := readULEB(r.b[:r.end], r.off, 32)
 		if err != nil {
 			return atErr(r.off, err)
 		}
 		out = append(out, n)
 		return r.funcType()
-	}
-	for i := range n {
-		at := r.off
-		form, err := r.byte()
-		if err != nil {
-			return nil, fmt.Errorf("type %d: %w", i, err)
-		}
-		switch form {
-		case 0x60:
-			err = funcType()
-		case 0x4e: // recursion group of function types
-			var members int
-			if members, err = r.count(3); err != nil {
-				break
-			}
-			for range members {
-				if err = r.expect(0x60); err != nil {
-					break
-				}
-				if err = funcType(); err != nil {
-					break
-				}
-			}
-		default:
-			return nil, fmt.Errorf("type %d at offset %d: unsupported form %#x", i, at, form)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("type %d at offset %d: %w", i, at, err)
-		}
-	}
-	return out, r.done()
+	})
+	return out, err
 }
 
 // typeIndices reads a function section: the type index of each defined
