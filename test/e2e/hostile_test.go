@@ -3,16 +3,12 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/netip"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +58,7 @@ func TestHostileModule(t *testing.T) {
 
 	// Keep probing while wasp keeps re-evaluating the hostile ports.
 	health := netip.AddrPortFrom(s.nodeA().IPv4, 10256)
-	var maxRSS uint64
+	var maxRSS int64
 	endpoints := map[string]bool{"a-1": true, "b-1": true}
 	for i := range 30 {
 		if id, err := fw.Ask(s.client(), "tcp", canaryIP, 80, ask); err != nil || !endpoints[id] {
@@ -76,7 +72,11 @@ func TestHostileModule(t *testing.T) {
 		if _, err := scrape(s); err != nil {
 			t.Fatalf("probe %d: %v", i, err)
 		}
-		maxRSS = max(maxRSS, procStatusKB(t, w.Pid(), "VmRSS"))
+		rss, err := w.RSS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		maxRSS = max(maxRSS, rss)
 		// A change still reaches the dataplane.
 		if i == 15 {
 			env.SetEndpoints(ctx, t, canary, v1.IPv4Protocol, fw.Ready("a-1", "a-3", "b-1")...)
@@ -85,10 +85,13 @@ func TestHostileModule(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	peak := procStatusKB(t, w.Pid(), "VmHWM")
-	t.Logf("wasp resident memory with a hostile module: largest sample %d MiB, peak %d MiB", maxRSS>>10, peak>>10)
-	if peak > 1<<20 {
-		t.Errorf("wasp's peak resident memory is %d MiB, want under 1 GiB", peak>>10)
+	peak, err := w.Memory("VmHWM")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wasp resident memory with a hostile module: largest sample %d MiB, peak %d MiB", maxRSS>>20, peak>>20)
+	if peak > 1<<30 {
+		t.Errorf("wasp's peak resident memory is %d MiB, want under 1 GiB", peak>>20)
 	}
 	for _, want := range []string{`stage="topology"`, "reason"} {
 		if !strings.Contains(w.Log(), want) {
@@ -98,31 +101,9 @@ func TestHostileModule(t *testing.T) {
 
 	// SIGTERM, not the SIGKILL that follows it after 10 s, ends wasp.
 	w.Stop()
-	_, err := w.Exited()
+	_, err = w.Exited()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && exit.ProcessState.String() == "signal: killed" {
 		t.Fatalf("wasp did not stop on SIGTERM: %v", err)
 	}
-}
-
-// procStatusKB reads a field of /proc/PID/status, in KiB.
-func procStatusKB(t *testing.T, pid int, field string) uint64 {
-	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb
-		}
-	}
-	t.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
 }

@@ -313,19 +313,23 @@ func (w *Process) Kill() {
 }
 
 // RSS returns the process's resident set size in bytes (VmRSS).
-func (w *Process) RSS() (int64, error) {
+func (w *Process) RSS() (int64, error) { return w.Memory("VmRSS") }
+
+// Memory returns a memory field of the process's /proc/PID/status, such
+// as VmRSS or VmHWM (the peak resident set size), in bytes.
+func (w *Process) Memory(field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", w.Pid()))
 	if err != nil {
-		return 0, fmt.Errorf("rss of pid %d: %w", w.Pid(), err)
+		return 0, fmt.Errorf("%s of pid %d: %w", field, w.Pid(), err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("rss of pid %d: %q: %w", w.Pid(), line, err)
+				return 0, fmt.Errorf("%s of pid %d: %q: %w", field, w.Pid(), line, err)
 			}
 			return kb << 10, nil
 		}
 	}
-	return 0, fmt.Errorf("rss of pid %d: no VmRSS in /proc/%d/status", w.Pid(), w.Pid())
+	return 0, fmt.Errorf("%s of pid %d: not in /proc/%d/status", field, w.Pid(), w.Pid())
 }
