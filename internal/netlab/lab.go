@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/wasp-proxy/wasp/internal/nsthread"
 )
 
 // netnsDir is where named network namespaces are bind-mounted, as by
@@ -80,7 +81,7 @@ func (l *Lab) AddNS(name string) (*NS, error) {
 	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
 		return nil, fmt.Errorf("netlab: %w", err)
 	}
-	err := onFreshThread(func() error {
+	err := nsthread.Fresh(func() error {
 		h, err := netns.NewNamed(ns.full) // switches this thread into it
 		if err != nil {
 			return err
@@ -139,7 +140,7 @@ func (ns *NS) Do(f func() error) error {
 		return fmt.Errorf("netlab: namespace %q: %w", ns.name, err)
 	}
 	defer h.Close()
-	return onFreshThread(func() error {
+	return nsthread.Fresh(func() error {
 		if err := netns.Set(h); err != nil {
 			return fmt.Errorf("netlab: enter namespace %q: %w", ns.name, err)
 		}
@@ -192,22 +193,6 @@ func (l *Lab) Close() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// onFreshThread runs f on a new goroutine locked to its OS thread, which
-// never unlocks: the thread exits with the goroutine.
-func onFreshThread(f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer func() {
-			if r := recover(); r != nil {
-				errc <- fmt.Errorf("netlab: panic in namespace: %v", r)
-			}
-		}()
-		errc <- f()
-	}()
-	return <-errc
 }
 
 // removeStale deletes namespaces of labs whose process has exited.
