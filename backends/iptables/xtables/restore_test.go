@@ -1,0 +1,157 @@
+package xtables
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasp-proxy/wasp/backends"
+)
+
+// restoreInput is fed to the failing restores of TestRestoreError.
+const restoreInput = `*filter
+:WASP-A - [0:0]
+-A WASP-A -j ACCEPT
+COMMIT
+*nat
+:WASP-B - [0:0]
+-A WASP-B -j ACCEPT
+-A WASP-B -m nosuchmatch -j ACCEPT
+-A WASP-B -p tcp -j REJECT
+-A WASP-B -j RETURN
+COMMIT
+`
+
+func TestRestoreError(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		variant Variant
+		code    int
+		stderr  string // as iptables 1.8.9 wrote it
+		line    int
+		text    string
+		context []string
+		table   string
+		wantMsg string
+	}{
+		{
+			name: "a rule nft cannot parse", variant: NFT, code: 2,
+			stderr: "iptables-nft-restore v1.8.9 (nf_tables): Couldn't load match `nosuchmatch':No such file or directory\n\n" +
+				"Error occurred at line: 8\nTry `iptables-nft-restore -h' or 'iptables-nft-restore --help' for more information.\n",
+			line: 8, text: "-A WASP-B -m nosuchmatch -j ACCEPT", table: "nat",
+			context: []string{"*nat", ":WASP-B - [0:0]", "-A WASP-B -j ACCEPT", "-A WASP-B -m nosuchmatch -j ACCEPT", "-A WASP-B -p tcp -j REJECT", "-A WASP-B -j RETURN", "COMMIT"},
+			wantMsg: `iptables-nft-restore failed at input line 8 (table nat) "-A WASP-B -m nosuchmatch -j ACCEPT": ` +
+				"iptables-nft-restore v1.8.9 (nf_tables): Couldn't load match `nosuchmatch':No such file or directory; Error occurred at line: 8",
+		},
+		{
+			name: "a rule legacy cannot parse", variant: Legacy, code: 2,
+			stderr: "Ignoring deprecated --wait-interval option.\niptables-restore v1.8.9 (legacy): Couldn't load match `nosuchmatch':No such file or directory\n\n" +
+				"Error occurred at line: 8\nTry `iptables-restore -h' or 'iptables-restore --help' for more information.\n",
+			line: 8, text: "-A WASP-B -m nosuchmatch -j ACCEPT", table: "nat",
+			context: []string{"*nat", ":WASP-B - [0:0]", "-A WASP-B -j ACCEPT", "-A WASP-B -m nosuchmatch -j ACCEPT", "-A WASP-B -p tcp -j REJECT", "-A WASP-B -j RETURN", "COMMIT"},
+			wantMsg: `iptables-legacy-restore failed at input line 8 (table nat) "-A WASP-B -m nosuchmatch -j ACCEPT": ` +
+				"iptables-restore v1.8.9 (legacy): Couldn't load match `nosuchmatch':No such file or directory; Error occurred at line: 8",
+		},
+		{
+			name: "a rule the kernel refuses, nft", variant: NFT, code: 4,
+			stderr: "iptables-nft-restore v1.8.9 (nf_tables): \nline 9: RULE_APPEND failed (Invalid argument): rule in chain WASP-B\n",
+			line:   9, text: "-A WASP-B -p tcp -j REJECT", table: "nat",
+			context: []string{":WASP-B - [0:0]", "-A WASP-B -j ACCEPT", "-A WASP-B -m nosuchmatch -j ACCEPT", "-A WASP-B -p tcp -j REJECT", "-A WASP-B -j RETURN", "COMMIT", ""},
+			wantMsg: `failed at input line 9 (table nat) "-A WASP-B -p tcp -j REJECT": iptables-nft-restore v1.8.9 (nf_tables):; line 9: RULE_APPEND failed (Invalid argument): rule in chain WASP-B`,
+		},
+		{
+			name: "a table the kernel refuses at COMMIT, legacy", variant: Legacy, code: 1,
+			stderr: "iptables-restore: line 11 failed\n",
+			line:   11, text: "COMMIT", table: "nat",
+			context: []string{"-A WASP-B -m nosuchmatch -j ACCEPT", "-A WASP-B -p tcp -j REJECT", "-A WASP-B -j RETURN", "COMMIT", ""},
+			wantMsg: `failed at input line 11 (table nat) "COMMIT": iptables-restore: line 11 failed`,
+		},
+		{
+			name: "the first line", variant: NFT, code: 2,
+			stderr: "iptables-nft-restore v1.8.9 (nf_tables): Bad table\nError occurred at line: 1\n",
+			line:   1, text: "*filter", table: "filter",
+			context: []string{"*filter", ":WASP-A - [0:0]", "-A WASP-A -j ACCEPT", "COMMIT"},
+			wantMsg: `failed at input line 1 (table filter) "*filter"`,
+		},
+		{
+			name: "a line past the input", variant: NFT, code: 2,
+			stderr:  "Error occurred at line: 40\n",
+			line:    40,
+			wantMsg: `failed at input line 40 "": Error occurred at line: 40`,
+		},
+		{
+			name: "no line: the lock", variant: NFT, code: 4,
+			stderr:  "Another app is currently holding the xtables lock. Stopped waiting after 5s.\n",
+			wantMsg: "iptables-nft-restore: exit status 4: Another app is currently holding the xtables lock. Stopped waiting after 5s.",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, f := fakeRunner(t, tc.variant, backends.IPv4)
+			name, _ := command(tc.variant, backends.IPv4, toolRestore)
+			f.reply(name+" --noflush --counters -w 5 -W 100000", tc.code, tc.stderr)
+			err := r.Restore(context.Background(), []byte(restoreInput))
+			var re *RestoreError
+			if !errors.As(err, &re) {
+				t.Fatalf("Restore = %v, want a *RestoreError", err)
+			}
+			if re.Line != tc.line || re.Text != tc.text || re.Table != tc.table || re.Stderr != tc.stderr {
+				t.Errorf("Line, Text, Table, Stderr = %d, %q, %q, %q; want %d, %q, %q, %q",
+					re.Line, re.Text, re.Table, re.Stderr, tc.line, tc.text, tc.table, tc.stderr)
+			}
+			if !slices.Equal(re.Context, tc.context) {
+				t.Errorf("Context =\n\t%q\nwant\n\t%q", re.Context, tc.context)
+			}
+			if !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Errorf("Error() =\n\t%s\nwant it to contain\n\t%s", err, tc.wantMsg)
+			}
+		})
+	}
+}
+
+// An iptables-restore older than 1.6.2 cannot wait for the xtables lock:
+// the Runner holds the lock around it.
+func TestRestoreTakesTheLockForOldIptables(t *testing.T) {
+	f := &fakeExec{replies: map[string]result{"iptables-legacy --version": {stdout: []byte("iptables v1.6.1\n")}}}
+	r, err := newRunner(Legacy, backends.IPv4, "", f, []string{binDir(t, allBinaries...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.take()
+	r.lockPath = filepath.Join(t.TempDir(), "xtables.lock")
+	r.lockWait, r.lockInterval = 0, time.Millisecond
+
+	held, err := lockFile(context.Background(), r.lockPath, 0, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Restore(context.Background(), []byte("*nat\nCOMMIT\n"))
+	if err == nil || !strings.Contains(err.Error(), "held the xtables lock "+r.lockPath) {
+		t.Errorf("Restore while another holds the lock = %v, want a lock error naming %s", err, r.lockPath)
+	}
+	if calls := f.take(); len(calls) != 0 {
+		t.Errorf("ran %v while another held the lock", calls)
+	}
+
+	held()
+	if err := r.Restore(context.Background(), []byte("*nat\nCOMMIT\n")); err != nil {
+		t.Fatal(err)
+	}
+	calls := f.take()
+	if len(calls) != 1 || calls[0].String() != "iptables-legacy-restore --noflush --counters" {
+		t.Errorf("ran %v, want iptables-legacy-restore --noflush --counters, without wait flags", calls)
+	}
+	// Released after the restore: taking it again succeeds at once.
+	unlock, err := lockFile(context.Background(), r.lockPath, 0, time.Millisecond)
+	if err != nil {
+		t.Fatalf("lock still held after Restore: %v", err)
+	}
+	unlock()
+	if _, err := os.Stat(r.lockPath); err != nil {
+		t.Error(err)
+	}
+}
