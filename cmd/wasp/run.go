@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -16,8 +15,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -35,14 +32,15 @@ import (
 	"github.com/wasp-proxy/wasp/host/events"
 	"github.com/wasp-proxy/wasp/host/healthcheck"
 	"github.com/wasp-proxy/wasp/host/metrics"
+	"github.com/wasp-proxy/wasp/host/node"
 	"github.com/wasp-proxy/wasp/host/nodesetup"
 	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/proxy"
+	"github.com/wasp-proxy/wasp/host/reload"
 	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/host/snapshot"
 	"github.com/wasp-proxy/wasp/host/state"
-	"github.com/wasp-proxy/wasp/internal/printable"
 )
 
 // env is what wasp run and wasp cleanup touch outside the process: the
@@ -87,25 +85,11 @@ func defaultEnv() env {
 			}
 			return ct, nil
 		},
-		interfaceAddrs: interfaceAddrs,
+		interfaceAddrs: node.InterfaceAddrs,
 		nodeWait:       30 * time.Second,
 		setupNode:      setupNodeKernel,
 		configRejected: sendConfigRejected,
 	}
-}
-
-func interfaceAddrs() ([]netip.Addr, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, err
-	}
-	var out []netip.Addr
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil {
-			out = append(out, p.Addr())
-		}
-	}
-	return out, nil
 }
 
 // runFlags are wasp run's flags as given.
@@ -240,6 +224,12 @@ func parseIPFamilies(vals []string) ([]backends.Family, error) {
 	}
 	slices.Sort(out)
 	return out, errors.Join(errs...)
+}
+
+// nodeConfig says how run resolves the node's addresses.
+func (c *runConfig) nodeConfig() *node.Config {
+	return &node.Config{Name: c.nodeName, Override: c.nodeIPs, Policy: c.ipFamilyPolicy, IPFamilies: c.families,
+		NodePortPrimary: c.nodePortPrimary, NodePortCIDRs: c.nodePortCIDRs}
 }
 
 func newRunCommand(e env) *cobra.Command {
@@ -461,19 +451,20 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 	if src != nil {
 		wait = 0 // the snapshot has it or not
 	}
-	node, err := getNode(ctx, client, c.nodeName, wait)
+	n, err := node.Get(ctx, client, c.nodeName, wait)
 	if err != nil {
 		return err
 	}
-	families, err := nodeFamilies(c, node)
+	nc := c.nodeConfig()
+	families, err := nc.Families(n)
 	if err != nil {
 		return err
 	}
-	npAddrs, err := nodePortAddresses(c, node, families, e.interfaceAddrs)
+	npAddrs, err := nc.NodePortAddresses(n, families, e.interfaceAddrs)
 	if err != nil {
 		return err
 	}
-	nodeAddrs := primaryNodeIPs(c, node, families)
+	nodeAddrs := nc.PrimaryIPs(n, families)
 
 	mx := metrics.New(families...)
 	rt, err := runtime.New(runtime.Config{CacheDir: c.cacheDir, Compiled: mx.ModuleCompiled, IsolateCompile: true})
@@ -487,7 +478,7 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		return err
 	}
 	defer rt.Close(context.WithoutCancel(ctx))
-	ch, err := loadStartChain(ctx, chain.Loader{Runtime: rt, Observer: mx.Modules()}, c)
+	ch, err := reload.LoadStart(ctx, chain.Loader{Runtime: rt, Observer: mx.Modules()}, c.config, c.specs)
 	if err != nil {
 		if ctx.Err() != nil {
 			// SIGTERM while modules were compiling or instantiating: the
@@ -497,9 +488,9 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		}
 		return err
 	}
-	rl := newModuleReloader(rt, c.specs, ch)
-	rl.signatures, rl.fileDirs = c.moduleSignatures, c.config.ModuleFileDirectories
-	defer rl.close()
+	rl := reload.New(rt, c.specs, ch)
+	rl.Signatures, rl.FileDirs = c.moduleSignatures, c.config.ModuleFileDirectories
+	defer rl.Close()
 
 	mx.SetChain(ch)
 	if c.metricsBindAddress != "" {
@@ -587,10 +578,10 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		goRun(func() { src.Run(ctx) })
 	}
 	goRun(func() { releaseWhenIdle(ctx, func() uint64 { return p.Stats().Syncs }) })
-	rl.swap, rl.loaded = p.SetModules, mx.SetChain
-	rl.reloaded, rl.loadFailed = mx.ModuleReload, ev.ModuleLoadFailed
-	rl.observer = mx.Modules()
-	goRun(func() { rl.run(ctx, moduleReloadPeriod) })
+	rl.Swap, rl.Loaded = p.SetModules, mx.SetChain
+	rl.Reloaded, rl.LoadFailed = mx.ModuleReload, ev.ModuleLoadFailed
+	rl.Observer = mx.Modules()
+	goRun(func() { rl.Run(ctx, reload.Period) })
 	if src == nil {
 		goRun(func() { watchCatalog(ctx, c, client, rl, ev) })
 	}
@@ -604,42 +595,6 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 	p.Run(ctx)
 	logger.Info("Stopped; the dataplane stays in place (wasp cleanup removes it)")
 	return nil
-}
-
-// loadStartChain loads the configuration's module chain. If it does not
-// load and some of its modules say failurePolicy Builtin, those stages
-// start on their builtin module instead (the file reloader tries the
-// configured ones again when their files change); with KeepLastGood there
-// is nothing to keep at start, and the error stops wasp.
-func loadStartChain(ctx context.Context, l chain.Loader, c *runConfig) (*chain.Chain, error) {
-	ch, err := l.Load(ctx, c.specs)
-	if err == nil || ctx.Err() != nil {
-		return ch, err
-	}
-	builtin := map[abi.Stage]bool{}
-	if c.config != nil {
-		for _, m := range c.config.Modules {
-			if m.FailurePolicy == v1alpha1.Builtin {
-				stage, _ := abi.ParseStage(m.Stage)
-				builtin[stage] = true
-			}
-		}
-	}
-	if len(builtin) == 0 {
-		return nil, err
-	}
-	var kept []chain.Spec
-	for _, s := range c.specs {
-		if !builtin[s.Stage] {
-			kept = append(kept, s)
-		}
-	}
-	klog.FromContext(ctx).Error(printable.Error(err), "Modules did not load; the stages whose failurePolicy is Builtin start on the builtin module")
-	ch, ferr := l.Load(ctx, kept)
-	if ferr != nil {
-		return nil, errors.Join(err, ferr)
-	}
-	return ch, nil
 }
 
 // newClient returns the clientset of the cluster, or of the snapshot
@@ -684,7 +639,7 @@ func restConfig(c *runConfig) (*rest.Config, error) {
 
 // watchCatalog follows the cluster's ServiceProxyModules for this node,
 // when the apiserver serves them, handing each change to rl.
-func watchCatalog(ctx context.Context, c *runConfig, client kubernetes.Interface, rl *moduleReloader, ev *events.Recorder) {
+func watchCatalog(ctx context.Context, c *runConfig, client kubernetes.Interface, rl *reload.Reloader, ev *events.Recorder) {
 	logger := klog.FromContext(ctx)
 	served, err := catalog.Served(ctx, client, 30*time.Second)
 	if err != nil || !served {
@@ -702,7 +657,7 @@ func watchCatalog(ctx context.Context, c *runConfig, client kubernetes.Interface
 		return
 	}
 	// Set before the first choice reaches rl, through w.
-	rl.status = catalog.StatusWriter{Dynamic: dyn, NodeName: c.nodeName}.Set
+	rl.Status = catalog.StatusWriter{Dynamic: dyn, NodeName: c.nodeName}.Set
 	w := catalog.NewWatcher(catalog.WatcherOpts{
 		Dynamic: dyn, Client: client, NodeName: c.nodeName,
 		OnChange: func(choice map[abi.Stage]catalog.Choice) {
@@ -712,164 +667,13 @@ func watchCatalog(ctx context.Context, c *runConfig, client kubernetes.Interface
 			}
 			slices.Sort(objs)
 			logger.Info("ServiceProxyModules chosen for this node", "objects", objs)
-			rl.setCatalog(choice)
+			rl.SetCatalog(choice)
 		},
 		OnInvalid: func(_ string, err error) { ev.ConfigRejected(err) },
 	})
 	if err := w.Run(ctx); err != nil && ctx.Err() == nil {
 		logger.Error(err, "Watching ServiceProxyModules stopped")
 	}
-}
-
-// getNode returns the Node called name, waiting up to wait for it to
-// appear; nil if it does not.
-func getNode(ctx context.Context, client kubernetes.Interface, name string, wait time.Duration) (*v1.Node, error) {
-	logger := klog.FromContext(ctx)
-	deadline := time.Now().Add(wait)
-	for {
-		node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err == nil {
-			return node, nil
-		}
-		if !time.Now().Before(deadline) {
-			if apierrors.IsNotFound(err) {
-				return nil, nil
-			}
-			return nil, fmt.Errorf("get node %q: %w", name, err)
-		}
-		logger.Info("Waiting for the Node object", "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// nodeIPs returns the node's primary IP of each family, as upstream: the
-// override of the family (nodeIPOverride), else the Node's first InternalIP
-// of the family, else its first ExternalIP; and the family of the first of
-// them (the first override's, else the Node's first such address's).
-func nodeIPs(node *v1.Node, override []netip.Addr) (map[backends.Family]netip.Addr, backends.Family) {
-	out := map[backends.Family]netip.Addr{}
-	var first backends.Family
-	add := func(ip netip.Addr) {
-		f := backends.IPv6
-		if ip.Unmap().Is4() {
-			f, ip = backends.IPv4, ip.Unmap()
-		}
-		if _, ok := out[f]; !ok {
-			out[f] = ip
-		}
-		if first == 0 {
-			first = f
-		}
-	}
-	for _, ip := range override {
-		add(ip)
-	}
-	if node == nil {
-		return out, first
-	}
-	for _, typ := range []v1.NodeAddressType{v1.NodeInternalIP, v1.NodeExternalIP} {
-		for _, a := range node.Status.Addresses {
-			if ip, err := netip.ParseAddr(a.Address); a.Type == typ && err == nil {
-				add(ip)
-			}
-		}
-	}
-	return out, first
-}
-
-// primaryNodeIPs returns the node's primary IP of each proxied family that
-// has one, for state.Options.NodeIPs: upstream allows a Service's
-// load-balancer VIPs as sources when the node's IP of the family is in its
-// loadBalancerSourceRanges.
-func primaryNodeIPs(c *runConfig, node *v1.Node, families []backends.Family) []netip.Addr {
-	ips, _ := nodeIPs(node, c.nodeIPs)
-	var out []netip.Addr
-	for _, f := range families {
-		if ip, ok := ips[f]; ok {
-			out = append(out, ip)
-		}
-	}
-	return out
-}
-
-// nodeFamilies returns the families to proxy: --ip-families, or those
-// ipFamilyPolicy picks from the node's primary IPs.
-func nodeFamilies(c *runConfig, node *v1.Node) ([]backends.Family, error) {
-	if len(c.families) > 0 {
-		return c.families, nil
-	}
-	ips, first := nodeIPs(node, c.nodeIPs)
-	fams, err := familiesOf(c.ipFamilyPolicy, ips, first)
-	if err != nil {
-		return nil, fmt.Errorf("node %q: %w (or set --ip-families)", c.nodeName, err)
-	}
-	if len(fams) == 0 {
-		if node == nil {
-			return nil, fmt.Errorf("node %q not found, so its IP families are unknown: set --ip-families (or --hostname-override to the right name)", c.nodeName)
-		}
-		return nil, fmt.Errorf("node %q has no InternalIP or ExternalIP address, so its IP families are unknown: set --ip-families", c.nodeName)
-	}
-	return fams, nil
-}
-
-// nodePortAddresses resolves --nodeport-addresses to the addresses of
-// state.Options (none for a family means every local address).
-func nodePortAddresses(c *runConfig, node *v1.Node, families []backends.Family, ifAddrs func() ([]netip.Addr, error)) ([]netip.Addr, error) {
-	var out []netip.Addr
-	if c.nodePortPrimary {
-		ips, _ := nodeIPs(node, c.nodeIPs)
-		for _, f := range families {
-			ip, ok := ips[f]
-			if !ok {
-				what := "has no " + familyName(f) + " address"
-				if node == nil {
-					what = "does not exist"
-				}
-				return nil, fmt.Errorf("--nodeport-addresses primary: node %q %s: give CIDRs instead", c.nodeName, what)
-			}
-			out = append(out, ip)
-		}
-		return out, nil
-	}
-	local, err := ifAddrs()
-	if err != nil {
-		return nil, fmt.Errorf("--nodeport-addresses: list local addresses: %w", err)
-	}
-	for _, f := range families {
-		var cidrs []netip.Prefix
-		all := false
-		for _, p := range c.nodePortCIDRs {
-			if is6 := p.Addr().Is6(); is6 == (f == backends.IPv6) {
-				cidrs = append(cidrs, p)
-				all = all || p.Bits() == 0
-			}
-		}
-		switch {
-		case all:
-			continue // no address of f: every local one
-		case len(cidrs) == 0:
-			// The State cannot say "no NodePort for this family".
-			return nil, fmt.Errorf("--nodeport-addresses: no %s CIDR, but %s is proxied: add one (%s for every address)",
-				familyName(f), familyName(f), map[bool]string{false: "0.0.0.0/0", true: "::/0"}[f == backends.IPv6])
-		}
-		n := len(out)
-		for _, a := range local {
-			for _, p := range cidrs {
-				if p.Contains(a.Unmap()) || p.Contains(a) {
-					out = append(out, a.Unmap())
-					break
-				}
-			}
-		}
-		if len(out) == n {
-			return nil, fmt.Errorf("--nodeport-addresses: no local address in %v", cidrs)
-		}
-	}
-	return out, nil
 }
 
 // serveHealthz serves /healthz and /livez until ctx is done, retrying

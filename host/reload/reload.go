@@ -1,4 +1,9 @@
-package main
+// Package reload swaps the module chain of a running proxy, without a
+// restart: when a module file of the configuration changes, and when the
+// cluster's ServiceProxyModules choose other modules for this node. It also
+// turns the configuration's modules into chain.Specs, and loads the chain
+// wasp starts with (LoadStart).
+package reload
 
 import (
 	"bytes"
@@ -23,30 +28,32 @@ import (
 	"github.com/wasp-proxy/wasp/internal/printable"
 )
 
-// moduleReloadPeriod is how often the module files are looked at.
-const moduleReloadPeriod = 2 * time.Second
+// Period is how often the module files are looked at.
+const Period = 2 * time.Second
 
-// moduleReloader reloads the module chain, without a restart, when a
-// module file of --module changes (a new file written, a ConfigMap
+// Reloader reloads the module chain, without a restart, when a
+// module file of the configuration changes (a new file written, a ConfigMap
 // volume's symlink swapped): read, compile, check the stage, then swap
 // into the running proxy, which re-evaluates every service port and
 // programs only what changed. A module that fails to load leaves the
 // running chain in place (the last good version keeps serving) and is not
-// tried again until its file changes again.
-type moduleReloader struct {
+// tried again until its file changes again. It does the same when
+// SetCatalog hands it the cluster's ServiceProxyModules' choice. Set its
+// exported fields before Run.
+type Reloader struct {
 	rt    *runtime.Runtime
 	specs []chain.Spec // of the configuration: --module or the config file
-	// signatures are the node-wide signature policies, which the
+	// Signatures are the node-wide signature policies, which the
 	// ServiceProxyModules' modules must satisfy too.
-	signatures []oci.SignaturePolicy
-	// fileDirs are the directories whose files ServiceProxyModules may
+	Signatures []oci.SignaturePolicy
+	// FileDirs are the directories whose files ServiceProxyModules may
 	// name (moduleFileDirectories); none: no file.
-	fileDirs []string
-	// swap hands a loaded chain's modules to the proxy; done as
+	FileDirs []string
+	// Swap hands a loaded chain's modules to the proxy; done as
 	// proxy.SetModules's.
-	swap func(mods [len(abi.Stages) + 1]pipeline.Module, policies [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(applied bool))
-	// loaded is told about every chain swapped in (metrics).
-	loaded func(*chain.Chain)
+	Swap func(mods [len(abi.Stages) + 1]pipeline.Module, policies [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(applied bool))
+	// Loaded is told about every chain swapped in (metrics).
+	Loaded func(*chain.Chain)
 
 	mu      sync.Mutex
 	current *chain.Chain         // the chain the proxy runs
@@ -59,34 +66,34 @@ type moduleReloader struct {
 	wake      chan struct{} // cap 1: the choice changed
 	retry     time.Duration // backoff of a failed catalog load; 0: none pending
 
-	// status, if set, writes this node's entry in an object's status
+	// Status, if set, writes this node's entry in an object's status
 	// (nil: remove it); reported are the objects with an entry.
-	status   func(ctx context.Context, object string, st *catalog.NodeStatus) error
+	Status   func(ctx context.Context, object string, st *catalog.NodeStatus) error
 	reported map[string]bool
-	// reloaded, if set, counts every load: its trigger (metrics.Reload*)
+	// Reloaded, if set, counts every load: its trigger (metrics.Reload*)
 	// and result.
-	reloaded func(trigger, result string)
-	// loadFailed, if set, is told about every load that failed (Events).
-	loadFailed func(err error)
-	// observer, if set, is told about the loads' pulls and stages
+	Reloaded func(trigger, result string)
+	// LoadFailed, if set, is told about every load that failed (Events).
+	LoadFailed func(err error)
+	// Observer, if set, is told about the loads' pulls and stages
 	// (metrics).
-	observer chain.Observer
+	Observer chain.Observer
 }
 
 // count reports a load's outcome to reloaded and loadFailed.
-func (r *moduleReloader) count(trigger string, swapped bool, err error) {
+func (r *Reloader) count(trigger string, swapped bool, err error) {
 	result := metrics.ReloadUnchanged
 	switch {
 	case err != nil:
 		result = metrics.ReloadFailed
-		if r.loadFailed != nil {
-			r.loadFailed(err)
+		if r.LoadFailed != nil {
+			r.LoadFailed(err)
 		}
 	case swapped:
 		result = metrics.ReloadSwapped
 	}
-	if r.reloaded != nil {
-		r.reloaded(trigger, result)
+	if r.Reloaded != nil {
+		r.Reloaded(trigger, result)
 	}
 }
 
@@ -98,9 +105,9 @@ const (
 	catalogRetryMax = 5 * time.Minute
 )
 
-// setCatalog hands the reloader the node's choice of ServiceProxyModules;
+// SetCatalog hands the reloader the node's choice of ServiceProxyModules;
 // it is applied on the reloader's goroutine.
-func (r *moduleReloader) setCatalog(c map[abi.Stage]catalog.Choice) {
+func (r *Reloader) SetCatalog(c map[abi.Stage]catalog.Choice) {
 	r.catalogMu.Lock()
 	r.catalog = c
 	r.catalogMu.Unlock()
@@ -113,7 +120,7 @@ func (r *moduleReloader) setCatalog(c map[abi.Stage]catalog.Choice) {
 // wanted returns the specs the chain should have: the configuration's,
 // with each stage the catalog chooses taken from it, but for the stages
 // left out (their objects' failure policy is Builtin and they failed).
-func (r *moduleReloader) wanted(leaveOut map[abi.Stage]bool) ([]chain.Spec, error) {
+func (r *Reloader) wanted(leaveOut map[abi.Stage]bool) ([]chain.Spec, error) {
 	r.catalogMu.Lock()
 	defer r.catalogMu.Unlock()
 	var out []chain.Spec
@@ -124,7 +131,7 @@ func (r *moduleReloader) wanted(leaveOut map[abi.Stage]bool) ([]chain.Spec, erro
 	}
 	for stage, c := range r.catalog {
 		if !leaveOut[stage] {
-			spec, err := catalogSpec(c.Module, r.fileDirs, r.signatures...)
+			spec, err := catalogSpec(c.Module, r.FileDirs, r.Signatures...)
 			if err != nil {
 				return nil, fmt.Errorf("ServiceProxyModule %q: %w", c.Object, err)
 			}
@@ -135,7 +142,7 @@ func (r *moduleReloader) wanted(leaveOut map[abi.Stage]bool) ([]chain.Spec, erro
 }
 
 // applyWanted applies the specs of wanted(leaveOut).
-func (r *moduleReloader) applyWanted(ctx context.Context, leaveOut map[abi.Stage]bool, why string) (map[abi.Stage]string, bool, error) {
+func (r *Reloader) applyWanted(ctx context.Context, leaveOut map[abi.Stage]bool, why string) (map[abi.Stage]string, bool, error) {
 	specs, err := r.wanted(leaveOut)
 	if err != nil {
 		return nil, false, err
@@ -145,7 +152,7 @@ func (r *moduleReloader) applyWanted(ctx context.Context, leaveOut map[abi.Stage
 
 // builtinPolicy returns the catalog's stages whose failure policy is
 // Builtin.
-func (r *moduleReloader) builtinPolicy() map[abi.Stage]bool {
+func (r *Reloader) builtinPolicy() map[abi.Stage]bool {
 	r.catalogMu.Lock()
 	defer r.catalogMu.Unlock()
 	out := map[abi.Stage]bool{}
@@ -162,7 +169,7 @@ func (r *moduleReloader) builtinPolicy() map[abi.Stage]bool {
 // configuration's module (the builtin one unless configured), the others
 // keep what runs (KeepLastGood); either way the full choice is tried
 // again after a backoff.
-func (r *moduleReloader) applyCatalog(ctx context.Context) {
+func (r *Reloader) applyCatalog(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	running, swapped, err := r.applyWanted(ctx, nil, "ServiceProxyModules changed")
 	r.count(metrics.ReloadCatalog, swapped, err)
@@ -189,8 +196,8 @@ func (r *moduleReloader) applyCatalog(ctx context.Context) {
 // with the digest that runs, or the load error with Failed (the running
 // modules stay) or Builtin (the stage fell back); and removes the entries
 // of objects no longer chosen.
-func (r *moduleReloader) report(ctx context.Context, running map[abi.Stage]string, err error, fellBack map[abi.Stage]bool) {
-	if r.status == nil {
+func (r *Reloader) report(ctx context.Context, running map[abi.Stage]string, err error, fellBack map[abi.Stage]bool) {
+	if r.Status == nil {
 		return
 	}
 	r.catalogMu.Lock()
@@ -216,10 +223,10 @@ func (r *moduleReloader) report(ctx context.Context, running map[abi.Stage]strin
 	r.reported = now
 }
 
-func (r *moduleReloader) setStatus(ctx context.Context, object string, st *catalog.NodeStatus) {
+func (r *Reloader) setStatus(ctx context.Context, object string, st *catalog.NodeStatus) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := r.status(ctx, object, st); err != nil {
+	if err := r.Status(ctx, object, st); err != nil {
 		klog.FromContext(ctx).V(2).Info("Module status not written", "err", err)
 	}
 }
@@ -245,8 +252,10 @@ func moduleFiles(specs []chain.Spec) []string {
 	return out
 }
 
-func newModuleReloader(rt *runtime.Runtime, specs []chain.Spec, current *chain.Chain) *moduleReloader {
-	r := &moduleReloader{rt: rt, specs: specs, current: current, seen: map[string]fileState{}, wake: make(chan struct{}, 1)}
+// New returns a Reloader of the chain current, loaded by rt from specs
+// (the configuration's modules), whose files it watches from now on.
+func New(rt *runtime.Runtime, specs []chain.Spec, current *chain.Chain) *Reloader {
+	r := &Reloader{rt: rt, specs: specs, current: current, seen: map[string]fileState{}, wake: make(chan struct{}, 1)}
 	for _, path := range moduleFiles(specs) {
 		r.seen[path], _ = statFile(path)
 	}
@@ -261,8 +270,8 @@ func statFile(path string) (fileState, error) {
 	return fileState{size: fi.Size(), modTime: fi.ModTime(), ino: inode(fi)}, nil
 }
 
-// run looks at the module files every period until ctx is done.
-func (r *moduleReloader) run(ctx context.Context, period time.Duration) {
+// Run looks at the module files every period until ctx is done.
+func (r *Reloader) Run(ctx context.Context, period time.Duration) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	var retry <-chan time.Time
@@ -286,7 +295,7 @@ func (r *moduleReloader) run(ctx context.Context, period time.Duration) {
 }
 
 // check reloads the chain if a module file changed since the last look.
-func (r *moduleReloader) check(ctx context.Context) {
+func (r *Reloader) check(ctx context.Context) {
 	changed := false
 	for path, old := range r.seen {
 		st, err := statFile(path)
@@ -310,13 +319,13 @@ func (r *moduleReloader) check(ctx context.Context) {
 // running ones, swaps it into the proxy; it returns the digest each stage
 // runs then, and whether it swapped. The files of specs are watched from
 // then on.
-func (r *moduleReloader) apply(ctx context.Context, specs []chain.Spec, why string) (running map[abi.Stage]string, swapped bool, err error) {
+func (r *Reloader) apply(ctx context.Context, specs []chain.Spec, why string) (running map[abi.Stage]string, swapped bool, err error) {
 	for _, path := range moduleFiles(specs) {
 		if _, ok := r.seen[path]; !ok {
 			r.seen[path], _ = statFile(path)
 		}
 	}
-	next, err := chain.Loader{Runtime: r.rt, Observer: r.observer}.Load(ctx, specs)
+	next, err := chain.Loader{Runtime: r.rt, Observer: r.Observer}.Load(ctx, specs)
 	if err != nil {
 		return nil, false, err
 	}
@@ -332,7 +341,7 @@ func (r *moduleReloader) apply(ctx context.Context, specs []chain.Spec, why stri
 		return running, false, nil
 	}
 	klog.FromContext(ctx).Info("Swapping the module chain", "why", why, "modules", next.Sources[1:], "digests", digests(next))
-	r.swap(next.PipelineModules(), next.Policies, func(applied bool) {
+	r.Swap(next.PipelineModules(), next.Policies, func(applied bool) {
 		if !applied {
 			next.Close()
 			return
@@ -342,15 +351,15 @@ func (r *moduleReloader) apply(ctx context.Context, specs []chain.Spec, why stri
 		r.current = next
 		r.mu.Unlock()
 		old.Close()
-		if r.loaded != nil {
-			r.loaded(next)
+		if r.Loaded != nil {
+			r.Loaded(next)
 		}
 	})
 	return running, true, nil
 }
 
-// close closes the chain the proxy last ran; the proxy must be stopped.
-func (r *moduleReloader) close() {
+// Close closes the chain the proxy last ran; the proxy must be stopped.
+func (r *Reloader) Close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.current.Close()

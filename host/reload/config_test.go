@@ -1,4 +1,4 @@
-package main
+package reload
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 // rejection in the error and the object's status.
 func TestReloadConfig(t *testing.T) {
 	ctx := context.Background()
-	path := modbuild.File(t, "../../host/runtime/testdata/modules/configured")
+	path := modbuild.File(t, "../runtime/testdata/modules/configured")
 	wasm, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -42,18 +42,18 @@ func TestReloadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newModuleReloader(rt, nil, first)
-	r.fileDirs = []string{filepath.Dir(path)} // the objects name a module file
-	defer r.close()
+	r := New(rt, nil, first)
+	r.FileDirs = []string{filepath.Dir(path)} // the objects name a module file
+	defer r.Close()
 	swaps := 0
-	r.swap = func(_ [len(abi.Stages) + 1]pipeline.Module, _ [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(bool)) {
+	r.Swap = func(_ [len(abi.Stages) + 1]pipeline.Module, _ [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(bool)) {
 		swaps++
 		done(true)
 	}
 	var failed []error
-	r.loadFailed = func(err error) { failed = append(failed, err) }
+	r.LoadFailed = func(err error) { failed = append(failed, err) }
 	status := map[string]*catalog.NodeStatus{}
-	r.status = func(_ context.Context, object string, st *catalog.NodeStatus) error {
+	r.Status = func(_ context.Context, object string, st *catalog.NodeStatus) error {
 		status[object] = st
 		return nil
 	}

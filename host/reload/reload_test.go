@@ -1,4 +1,4 @@
-package main
+package reload
 
 import (
 	"context"
@@ -26,7 +26,7 @@ import (
 // weights) and a runtime of the test's.
 func doubleAndRuntime(t *testing.T) ([]byte, *runtime.Runtime) {
 	t.Helper()
-	double, err := modbuild.Build(context.Background(), "../../host/proxy/testdata/modules/double")
+	double, err := modbuild.Build(context.Background(), "../proxy/testdata/modules/double")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,16 +69,16 @@ func TestModuleReloader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newModuleReloader(rt, specs, first)
-	defer r.close()
+	r := New(rt, specs, first)
+	defer r.Close()
 	var swapped [][len(abi.Stages) + 1]pipeline.Module
-	r.swap = func(mods [len(abi.Stages) + 1]pipeline.Module, _ [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(bool)) {
+	r.Swap = func(mods [len(abi.Stages) + 1]pipeline.Module, _ [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(bool)) {
 		swapped = append(swapped, mods)
 		done(true)
 	}
 
 	var counted []string
-	r.reloaded = func(trigger, result string) { counted = append(counted, trigger+"/"+result) }
+	r.Reloaded = func(trigger, result string) { counted = append(counted, trigger+"/"+result) }
 	r.check(ctx) // nothing changed
 	write([]byte("\x00asm garbage"))
 	r.check(ctx)
@@ -126,7 +126,7 @@ func TestReloaderFailurePolicy(t *testing.T) {
 		}
 	}
 	// The configuration runs the builtin module under Builtin.
-	config, err := moduleSpec(module("builtin:selection", v1alpha1.Builtin))
+	config, err := ModuleSpec(module("builtin:selection", v1alpha1.Builtin))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,15 +141,15 @@ func TestReloaderFailurePolicy(t *testing.T) {
 	if first.Policies[stage] != pipeline.Builtin {
 		t.Fatalf("chain.Load: failure policy %s, want the spec's Builtin", first.Policies[stage])
 	}
-	r := newModuleReloader(rt, specs, first)
-	r.fileDirs = []string{dir} // the objects name module files
-	defer r.close()
+	r := New(rt, specs, first)
+	r.FileDirs = []string{dir} // the objects name module files
+	defer r.Close()
 	type swap struct {
 		digest string
 		policy pipeline.FailurePolicy
 	}
 	var swapped []swap
-	r.swap = func(mods [len(abi.Stages) + 1]pipeline.Module, policies [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(bool)) {
+	r.Swap = func(mods [len(abi.Stages) + 1]pipeline.Module, policies [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(bool)) {
 		swapped = append(swapped, swap{mods[stage].(*runtime.Module).Digest, policies[stage]})
 		done(true)
 	}
@@ -168,7 +168,7 @@ func TestReloaderFailurePolicy(t *testing.T) {
 	}
 	for _, st := range steps {
 		swapped = nil
-		r.setCatalog(map[abi.Stage]catalog.Choice{stage: {Object: "canary", Module: st.module}})
+		r.SetCatalog(map[abi.Stage]catalog.Choice{stage: {Object: "canary", Module: st.module}})
 		r.applyCatalog(ctx)
 		switch {
 		case st.want == nil && len(swapped) > 0:
@@ -195,7 +195,7 @@ func TestReloaderGuardrails(t *testing.T) {
 			Limits: v1alpha1.ModuleLimits{Memory: resource.NewQuantity(64<<20, resource.BinarySI), Timeout: &metav1.Duration{Duration: time.Second}},
 		}
 	}
-	config, err := moduleSpec(module(nil))
+	config, err := ModuleSpec(module(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,10 +203,10 @@ func TestReloaderGuardrails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newModuleReloader(rt, []chain.Spec{config}, first)
-	defer r.close()
+	r := New(rt, []chain.Spec{config}, first)
+	defer r.Close()
 	var swapped []pipeline.Guardrails
-	r.swap = func(mods [len(abi.Stages) + 1]pipeline.Module, _ [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(bool)) {
+	r.Swap = func(mods [len(abi.Stages) + 1]pipeline.Module, _ [len(abi.Stages) + 1]pipeline.FailurePolicy, done func(bool)) {
 		var g pipeline.Guardrails
 		if rm, ok := mods[stage].(pipeline.Relaxed); ok {
 			g = rm.Guardrails()
@@ -226,7 +226,7 @@ func TestReloaderGuardrails(t *testing.T) {
 	}
 	for _, st := range steps {
 		swapped = nil
-		r.setCatalog(map[abi.Stage]catalog.Choice{stage: {Object: "local-first", Module: module(st.g)}})
+		r.SetCatalog(map[abi.Stage]catalog.Choice{stage: {Object: "local-first", Module: module(st.g)}})
 		r.applyCatalog(ctx)
 		if !slices.Equal(swapped, st.want) {
 			t.Errorf("%s: swapped %v, want %v", st.name, swapped, st.want)
