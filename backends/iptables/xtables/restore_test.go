@@ -155,3 +155,25 @@ func TestRestoreTakesTheLockForOldIptables(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// FuzzRestoreError: whatever a restore binary writes, the error names a
+// line of the input it was given, with that line in its context.
+func FuzzRestoreError(f *testing.F) {
+	f.Add("Error occurred at line: 8\n", restoreInput)
+	f.Add("line 9: RULE_APPEND failed (Invalid argument): rule in chain WASP-B\n", restoreInput)
+	f.Add("iptables-restore: line 1 failed\n", "COMMIT")
+	f.Add("line 99999999999999999999 failed", "")
+	f.Fuzz(func(t *testing.T, stderr, input string) {
+		e := newRestoreError("iptables-nft-restore", []byte(input), result{code: 1, stderr: []byte(stderr)})
+		_ = e.Error()
+		lines := strings.Split(input, "\n")
+		if e.Line < 0 || (e.Line == 0 && (e.Text != "" || e.Context != nil || e.Table != "")) {
+			t.Fatalf("Line %d with Text %q, Context %q, Table %q", e.Line, e.Text, e.Context, e.Table)
+		}
+		if e.Line > 0 && e.Line <= len(lines) {
+			if e.Text != lines[e.Line-1] || !slices.Contains(e.Context, e.Text) || len(e.Context) > 2*contextLines+1 {
+				t.Fatalf("line %d: Text %q, Context %q; input line %q", e.Line, e.Text, e.Context, lines[e.Line-1])
+			}
+		}
+	})
+}
