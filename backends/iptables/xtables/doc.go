@@ -9,7 +9,8 @@
 // x_tables kernel API. Each sees only its own rules, so a node's iptables
 // users must all use the same one: Detect picks the one kubelet (and so
 // the node's other iptables users) chose, the way the kube-proxy image's
-// wrapper does. A Runner never falls back to the other variant.
+// wrapper does, and says which evidence decided. A Runner never falls
+// back to the other variant. RATIONALE.md says why.
 //
 // # Calls
 //
@@ -37,6 +38,12 @@
 // inside that network namespace: it is started from an OS thread that
 // entered the namespace and is thrown away afterwards
 // (internal/nsthread), so nothing else in the process moves.
+//
+// # Sysctls
+//
+// ReadSysctl and SetSysctl read and write /proc/sys in a network
+// namespace, for the sysctls the backend depends on
+// (SysctlRouteLocalnet, SysctlTCPBeLiberal).
 //
 // # Missing binaries
 //

@@ -29,6 +29,7 @@ type fakeExec struct {
 	mu      sync.Mutex
 	calls   []call
 	replies map[string]result
+	err     error // if set, every run fails with it
 }
 
 var _ execer = (*fakeExec)(nil)
@@ -38,6 +39,9 @@ func (f *fakeExec) run(_ context.Context, netns string, argv []string, stdin []b
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, c)
+	if f.err != nil {
+		return result{}, f.err
+	}
 	if r, ok := f.replies[c.String()]; ok {
 		return r, nil
 	}

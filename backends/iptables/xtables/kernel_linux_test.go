@@ -317,3 +317,115 @@ func TestKernelRunsInItsNamespace(t *testing.T) {
 		}
 	})
 }
+
+func TestKernelDetect(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kernel test (-short)")
+	}
+	// rules restores n rules into filter.
+	rules := func(n int) string {
+		in := "*filter\n:WASP-R - [0:0]\n"
+		for range n {
+			in += "-A WASP-R -j RETURN\n"
+		}
+		return in + "COMMIT\n"
+	}
+	for _, tc := range []struct {
+		name       string
+		hint       Variant // where KUBE-IPTABLES-HINT is made, "" for nowhere
+		rules      map[Variant]int
+		want       Variant
+		wantReason string
+	}{
+		{name: "the hint in legacy beats nft's rules", hint: Legacy, rules: map[Variant]int{NFT: 3},
+			want: Legacy, wantReason: "KUBE-IPTABLES-HINT is in the mangle table of iptables-legacy"},
+		{name: "the hint in nft beats legacy's rules", hint: NFT, rules: map[Variant]int{Legacy: 3},
+			want: NFT, wantReason: "KUBE-IPTABLES-HINT is in the mangle table of iptables-nft"},
+		{name: "no hint, more legacy rules", rules: map[Variant]int{Legacy: 3, NFT: 2},
+			want: Legacy, wantReason: "iptables-legacy holds 3 rules, iptables-nft 2"},
+		{name: "no hint, more nft rules", rules: map[Variant]int{Legacy: 1, NFT: 2},
+			want: NFT, wantReason: "iptables-legacy holds 1 rules, iptables-nft 2"},
+		{name: "nothing", want: NFT, wantReason: "nft, the default"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			nft, ns := kernelRunner(t, NFT, backends.IPv4)
+			legacy, err := New(Legacy, backends.IPv4, ns.Path())
+			if errors.Is(err, ErrNotInstalled) {
+				t.Skipf("needs both variants: %v", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			runners := map[Variant]*Runner{NFT: nft, Legacy: legacy}
+			if tc.hint != "" {
+				if err := runners[tc.hint].EnsureChain(ctx, "mangle", HintChain); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for v, n := range tc.rules {
+				restore(t, runners[v], rules(n))
+			}
+			v, reason, err := Detect(ctx, ns.Path())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v != tc.want || !strings.Contains(reason, tc.wantReason) {
+				t.Errorf("Detect = %s, %q; want %s, %q", v, reason, tc.want, tc.wantReason)
+			}
+			// Detect created no legacy table: legacy's whole save
+			// lists only the tables the case made.
+			res, err := osExec{}.run(ctx, ns.Path(), []string{legacy.save}, nil)
+			if err != nil || res.code != 0 {
+				t.Fatalf("%s: %v, %d: %s", legacy.save, err, res.code, res.stderr)
+			}
+			var tables []string
+			for l := range strings.Lines(string(res.stdout)) {
+				if t, ok := strings.CutPrefix(l, "*"); ok {
+					tables = append(tables, strings.TrimSpace(t))
+				}
+			}
+			var want []string
+			if tc.hint == Legacy {
+				want = append(want, "mangle")
+			}
+			if tc.rules[Legacy] > 0 {
+				want = append(want, "filter")
+			}
+			slices.Sort(tables)
+			slices.Sort(want)
+			if !slices.Equal(tables, want) {
+				t.Errorf("iptables-legacy has tables %q after Detect, want %q", tables, want)
+			}
+		})
+	}
+}
+
+func TestKernelSysctl(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kernel test (-short)")
+	}
+	lab := netlab.NewForTest(t)
+	a, err := lab.AddNS("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := lab.AddNS("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"1", "0", "1"} {
+		if err := SetSysctl(a.Path(), SysctlRouteLocalnet, v); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := ReadSysctl(a.Path(), SysctlRouteLocalnet); err != nil || got != v {
+			t.Errorf("after setting %s: ReadSysctl = %q, %v", v, got, err)
+		}
+	}
+	if got, err := ReadSysctl(b.Path(), "net/ipv4/conf/all/route_localnet"); err != nil || got != "0" {
+		t.Errorf("another namespace's route_localnet = %q, %v; want 0", got, err)
+	}
+	if err := SetSysctl(a.Path(), "net.ipv4.no_such_sysctl", "1"); err == nil || !strings.Contains(err.Error(), "net.ipv4.no_such_sysctl") {
+		t.Errorf("SetSysctl of a missing sysctl = %v, want an error naming it", err)
+	}
+}
