@@ -1,0 +1,403 @@
+package iptables
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/wasp-proxy/wasp/backends"
+)
+
+// ErrInvalidState is wrapped by the error Sync returns for a State the
+// Backend cannot program; the dataplane is left as it was.
+var ErrInvalidState = backends.ErrInvalidState
+
+// ErrClosed is returned by Sync and Cleanup after Close.
+var ErrClosed = errors.New("backend closed")
+
+// ErrNotSupported is returned by New where iptables cannot be programmed
+// (not Linux).
+var ErrNotSupported = errors.New("iptables not supported on this platform")
+
+// ErrRestore is wrapped by the error of a Sync whose iptables-restore
+// failed; the error names the failing line. The tables keep their
+// previous rules (each table's section commits whole or not at all), and
+// the next Sync is a full one.
+var ErrRestore = errors.New("iptables-restore failed")
+
+// ErrPartialRestore is wrapped, besides ErrRestore, when the failed
+// restore was a partial sync (upstream counts those apart).
+var ErrPartialRestore = errors.New("partial iptables-restore failed")
+
+// DefaultMasqueradeBit is the bit of the packet mark that asks for
+// masquerading when Opts.MasqueradeBit is 0: mark 0x4000, as upstream.
+const DefaultMasqueradeBit = 14
+
+// DefaultFullSyncPeriod is how often a Sync is a full one when
+// Opts.FullSyncPeriod is 0, as upstream.
+const DefaultFullSyncPeriod = time.Hour
+
+// Opts configures a Backend.
+type Opts struct {
+	// Family is the IP family the Backend programs (iptables for IPv4,
+	// ip6tables for IPv6). Required.
+	Family backends.Family
+	// NetNS is the path of a network namespace to program instead of the
+	// current one, such as /run/netns/foo. Optional.
+	NetNS string
+	// MasqueradeBit is the bit of the packet mark that asks for
+	// masquerading, 0 to 31. Optional: 0 means DefaultMasqueradeBit.
+	MasqueradeBit int
+	// LocalhostNodePorts makes IPv4 NodePorts answer on 127.0.0.0/8 too
+	// (upstream's iptables.localhostNodePorts), when NodePorts answer on
+	// every address or on an IPv4 loopback one; it sets route_localnet.
+	// Optional.
+	LocalhostNodePorts bool
+	// TCPBeLiberal says that the node's nf_conntrack_tcp_be_liberal is
+	// set, so conntrack INVALID packets are not dropped. Optional.
+	TCPBeLiberal bool
+	// Variant is the iptables variant to use, "nft" or "legacy".
+	// Optional: "" detects the one the node uses (New only).
+	Variant string
+	// FullSyncPeriod is how often a Sync rewrites every chain rather
+	// than the changed ones. Optional: 0 means DefaultFullSyncPeriod.
+	FullSyncPeriod time.Duration
+}
+
+func (o Opts) config() (config, error) {
+	cfg := config{family: o.Family, localhostNodePorts: o.LocalhostNodePorts, tcpBeLiberal: o.TCPBeLiberal}
+	if o.Family != backends.IPv4 && o.Family != backends.IPv6 {
+		return cfg, fmt.Errorf("iptables: family %d, want 4 or 6", o.Family)
+	}
+	bit := o.MasqueradeBit
+	if bit == 0 {
+		bit = DefaultMasqueradeBit
+	}
+	if bit < 0 || bit > 31 {
+		return cfg, fmt.Errorf("iptables: masquerade bit %d, want 0 to 31", o.MasqueradeBit)
+	}
+	if o.FullSyncPeriod < 0 {
+		return cfg, fmt.Errorf("iptables: full sync period %s, want >= 0", o.FullSyncPeriod)
+	}
+	cfg.mark = 1 << uint(bit)
+	return cfg, nil
+}
+
+// SyncInfo is what the last Sync did, for metrics.
+type SyncInfo struct {
+	// Full is whether it rewrote every chain.
+	Full bool
+	// Rules are the rules of wasp's chains in each table ("filter",
+	// "nat") after the Sync.
+	Rules map[string]int
+}
+
+// Backend programs one IP family's iptables filter and nat tables with
+// iptables-restore. It keeps what it last programmed and rewrites only
+// the chains of changed service ports; see the package documentation. It
+// is safe for concurrent use.
+type Backend struct {
+	mu       sync.Mutex
+	cfg      config
+	period   time.Duration
+	k        kernel
+	planner  *planner
+	last     *Ruleset // what is programmed; nil: not known, the next Sync is full
+	lastFull time.Time
+	info     SyncInfo
+	closed   bool
+	now      func() time.Time
+	stats    stats
+}
+
+var _ backends.Backend = (*Backend)(nil)
+
+// stats count what the Backend did, for tests.
+type stats struct {
+	syncs, full, failures int
+	written               int // service chains written by the last restore
+	stale                 int // chains deleted by the last restore
+}
+
+// NewWithFake returns a Backend that programs f, an in-memory iptables of
+// the Backend's family, instead of the kernel: for tests of code that
+// uses a Backend, and to see with f.Dump what it would program.
+// Opts.NetNS and Opts.Variant are ignored.
+func NewWithFake(o Opts, f *Fake) (*Backend, error) {
+	return newBackend(o, f)
+}
+
+func newBackend(o Opts, k kernel) (*Backend, error) {
+	cfg, err := o.config()
+	if err != nil {
+		return nil, err
+	}
+	cfg.randomFully = k.hasRandomFully()
+	period := o.FullSyncPeriod
+	if period == 0 {
+		period = DefaultFullSyncPeriod
+	}
+	return &Backend{cfg: cfg, period: period, k: k, planner: newPlanner(cfg), now: time.Now}, nil
+}
+
+// LastSync returns what the last successful Sync did.
+func (b *Backend) LastSync() SyncInfo {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	info := b.info
+	info.Rules = make(map[string]int, len(b.info.Rules))
+	for k, v := range b.info.Rules {
+		info.Rules[k] = v
+	}
+	return info
+}
+
+// Sync makes the tables match s in one iptables-restore. A full sync
+// (the first, after a failure or Cleanup, and every FullSyncPeriod)
+// ensures the jump rules of the built-in chains, writes every chain and
+// deletes every per-service chain of wasp's that s does not want; a
+// partial sync writes the fixed chains and the service chains whose rules
+// changed, and deletes the chains of service ports that changed or left.
+// On error the tables keep their rules and the next Sync is full.
+func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := validate(b.cfg.family, s); err != nil {
+		return err
+	}
+	b.stats.syncs++
+	rs := b.planner.plan(s)
+	log := klog.FromContext(ctx).WithValues("ipFamily", b.cfg.family.String())
+	full := b.last == nil || b.now().Sub(b.lastFull) >= b.period
+
+	var (
+		write              []*Chain
+		staleNAT           []string
+		staleFilter        []string
+		err                error
+		localhostNodePorts = b.planner.localhostNodePorts(s)
+	)
+	if full {
+		write = allServiceChains(rs)
+		if staleFilter, staleNAT, err = b.prepareFull(ctx, rs, localhostNodePorts); err != nil {
+			b.fail()
+			return err
+		}
+	} else {
+		write, staleNAT = changedChains(b.last, rs)
+	}
+	var in strings.Builder
+	writeRestore(&in, rs, write, staleFilter, staleNAT)
+	if err := b.k.restore(ctx, []byte(in.String())); err != nil {
+		b.fail()
+		if full {
+			return fmt.Errorf("iptables %s: full sync: %w: %w", b.cfg.family.String(), ErrRestore, err)
+		}
+		return fmt.Errorf("iptables %s: partial sync: %w: %w: %w", b.cfg.family.String(), ErrRestore, ErrPartialRestore, err)
+	}
+	b.last = rs
+	if full {
+		b.lastFull = b.now()
+		b.stats.full++
+	}
+	b.stats.written, b.stats.stale = len(write), len(staleNAT)+len(staleFilter)
+	b.info = SyncInfo{Full: full, Rules: map[string]int{TableFilter: rs.Rules(TableFilter), TableNAT: rs.Rules(TableNAT)}}
+	log.V(4).Info("Synced iptables", "full", full, "services", len(s.Services), "chainsWritten", len(write),
+		"staleChains", len(staleNAT)+len(staleFilter), "bytes", in.Len())
+	return nil
+}
+
+func (b *Backend) fail() {
+	b.last = nil
+	b.stats.failures++
+}
+
+// prepareFull ensures the chains the built-in ones jump to and the jump
+// rules, sets route_localnet for localhost NodePorts, and lists the
+// chains of wasp's the tables hold that rs does not want: in nat, stale
+// service chains; in filter, a firewall chain no longer wanted.
+func (b *Backend) prepareFull(ctx context.Context, rs *Ruleset, localhostNodePorts bool) (staleFilter, staleNAT []string, err error) {
+	for _, j := range b.cfg.jumps() {
+		if err := b.k.ensureChain(ctx, j.table, j.to); err != nil {
+			return nil, nil, fmt.Errorf("iptables %s: ensure chain %s of table %s: %w", b.cfg.family.String(), j.to, j.table, err)
+		}
+		if _, err := b.k.ensureRule(ctx, j.table, j.from, j.args()...); err != nil {
+			return nil, nil, fmt.Errorf("iptables %s: ensure jump from %s to %s in table %s: %w", b.cfg.family.String(), j.from, j.to, j.table, err)
+		}
+	}
+	if localhostNodePorts {
+		if err := b.k.routeLocalnet(ctx); err != nil {
+			return nil, nil, fmt.Errorf("iptables %s: localhost NodePorts: %w", b.cfg.family.String(), err)
+		}
+	}
+	chains, err := b.savedChains(ctx, TableNAT)
+	if err != nil {
+		return nil, nil, err
+	}
+	wanted := map[string]bool{}
+	for _, f := range rs.Services {
+		for _, c := range f.Chains {
+			wanted[c.Name] = true
+		}
+	}
+	for _, name := range chains {
+		if isServiceChain(name) && !wanted[name] {
+			staleNAT = append(staleNAT, name)
+		}
+	}
+	return nil, staleNAT, nil
+}
+
+// savedChains returns the names of the chains of table, as iptables-save
+// lists them.
+func (b *Backend) savedChains(ctx context.Context, table string) ([]string, error) {
+	out, err := b.k.save(ctx, table)
+	if err != nil {
+		return nil, fmt.Errorf("iptables %s: save table %s: %w", b.cfg.family.String(), table, err)
+	}
+	return chainNames(out), nil
+}
+
+// chainNames returns the chains declared in iptables-save output.
+func chainNames(save []byte) []string {
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(save))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, ":") {
+			continue
+		}
+		name, _, _ := strings.Cut(line[1:], " ")
+		out = append(out, name)
+	}
+	return out
+}
+
+// changedChains returns the service chains of rs whose rules differ from
+// those of old (or are new), and the service chains of old that rs no
+// longer has. A Fragment rs shares with old is skipped unseen.
+func changedChains(old, rs *Ruleset) (write []*Chain, stale []string) {
+	prev := make(map[string]*Fragment, len(old.Services))
+	for _, f := range old.Services {
+		prev[f.Key] = f
+	}
+	gone := map[string]bool{}
+	for _, f := range rs.Services {
+		o := prev[f.Key]
+		delete(prev, f.Key)
+		if o == f {
+			continue
+		}
+		oldRules := map[string][]string{}
+		if o != nil {
+			for _, c := range o.Chains {
+				oldRules[c.Name] = c.Rules
+				gone[c.Name] = true
+			}
+		}
+		for _, c := range f.Chains {
+			if r, ok := oldRules[c.Name]; !ok || !slices.Equal(r, c.Rules) {
+				write = append(write, c)
+			}
+		}
+		for _, c := range f.Chains {
+			delete(gone, c.Name)
+		}
+	}
+	for _, f := range old.Services { // service ports that left, in order
+		if prev[f.Key] == nil {
+			continue
+		}
+		for _, c := range f.Chains {
+			gone[c.Name] = true
+		}
+	}
+	for _, f := range rs.Services { // a chain a new port took over is not stale
+		if len(gone) == 0 {
+			break
+		}
+		for _, c := range f.Chains {
+			delete(gone, c.Name)
+		}
+	}
+	stale = make([]string, 0, len(gone))
+	for name := range gone {
+		stale = append(stale, name)
+	}
+	slices.Sort(stale)
+	return write, stale
+}
+
+// Cleanup removes the jump rules to wasp's chains and every chain of
+// wasp's (named with Prefix) from the filter and nat tables; what is
+// missing is not an error. A later Sync is a full one.
+func (b *Backend) Cleanup(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	b.last = nil
+	return cleanup(ctx, b.k, b.cfg.family.String())
+}
+
+// cleanup removes the jumps (those of every configuration) and the
+// chains of wasp's from k.
+func cleanup(ctx context.Context, k kernel, what string) error {
+	all := config{family: backends.IPv4, localhostNodePorts: true}
+	for _, j := range all.jumps() {
+		if err := k.deleteRule(ctx, j.table, j.from, j.args()...); err != nil {
+			return fmt.Errorf("iptables %s: delete jump from %s to %s in table %s: %w", what, j.from, j.to, j.table, err)
+		}
+	}
+	var in strings.Builder
+	for _, table := range []string{TableFilter, TableNAT} {
+		out, err := k.save(ctx, table)
+		if err != nil {
+			return fmt.Errorf("iptables %s: save table %s: %w", what, table, err)
+		}
+		var ours []string
+		for _, name := range chainNames(out) {
+			if strings.HasPrefix(name, Prefix) {
+				ours = append(ours, name)
+			}
+		}
+		if len(ours) > 0 {
+			writeTable(&in, table, nil, nil, ours)
+		}
+	}
+	if in.Len() == 0 {
+		return nil
+	}
+	if err := k.restore(ctx, []byte(in.String())); err != nil {
+		return fmt.Errorf("iptables %s: delete chains: %w: %w", what, ErrRestore, err)
+	}
+	return nil
+}
+
+// Close releases the Backend's resources and leaves the tables as they
+// are. Closing twice is not an error.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	return b.k.close()
+}

@@ -1,0 +1,471 @@
+package iptables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Fake is an in-memory iptables of one IP family: its filter and nat
+// tables, their chains and rules. A Backend made with NewWithFake
+// programs it instead of the kernel, so the sync loop and golden tests
+// run without root.
+//
+// It applies iptables-restore input with --noflush semantics: "*table"
+// starts a table's section, which takes effect whole at its "COMMIT" or
+// not at all (earlier sections stay committed, as in the kernel); a
+// ":CHAIN - [0:0]" line creates a chain or flushes an existing one (a
+// built-in chain's line sets its policy); "-A" appends, "-I" inserts,
+// "-D" deletes, "-F" flushes, "-N" creates and "-X" deletes a chain. It
+// refuses what the kernel refuses: a rule of a missing chain, a jump to a
+// chain that does not exist or is built-in, a target of another table
+// (DNAT and MASQUERADE are nat's, REJECT filter's), a match iptables
+// lacks ("-m"), a chain name over MaxChainName, and "-X" of a built-in
+// chain, of a missing one or of one a rule still jumps to. The error is a
+// *LineError. Rules are kept as their arguments; Save and Dump show them
+// in iptables-save format.
+//
+// It is safe for concurrent use.
+type Fake struct {
+	mu          sync.Mutex
+	tables      map[string]*fakeTable
+	failNext    error
+	randomFully bool
+	localnet    bool     // routeLocalnet was called
+	restores    []string // inputs applied, for tests
+}
+
+var _ kernel = (*Fake)(nil)
+
+type fakeTable struct {
+	chains map[string]*fakeChain
+}
+
+type fakeChain struct {
+	builtin bool
+	policy  string
+	rules   [][]string
+}
+
+// builtinChains are the chains of each table the Fake knows, in
+// iptables-save's order.
+var builtinChains = map[string][]string{
+	TableFilter: {chainInput, chainForward, chainOutput},
+	TableNAT:    {chainPrerouting, chainInput, chainOutput, chainPostrouting},
+}
+
+// tableTargets are the targets each table allows besides chains.
+var tableTargets = map[string][]string{
+	TableFilter: {targetAccept, targetDrop, targetReturn, targetReject, targetMark, "LOG"},
+	TableNAT:    {targetAccept, targetDrop, targetReturn, targetDNAT, "SNAT", targetMasquerade, targetMark, "REDIRECT", "LOG"},
+}
+
+// knownMatches are the "-m" matches the Fake accepts.
+var knownMatches = []string{"comment", "tcp", "udp", "sctp", "conntrack", "mark", "addrtype", "statistic", "recent", "nfacct"}
+
+// NewFake returns an empty Fake (built-in chains only) whose MASQUERADE
+// takes --random-fully.
+func NewFake() *Fake {
+	f := &Fake{tables: map[string]*fakeTable{}, randomFully: true}
+	for table, chains := range builtinChains {
+		t := &fakeTable{chains: map[string]*fakeChain{}}
+		for _, c := range chains {
+			t.chains[c] = &fakeChain{builtin: true, policy: targetAccept}
+		}
+		f.tables[table] = t
+	}
+	return f
+}
+
+// FailNext makes the next restore fail with err, changing nothing.
+func (f *Fake) FailNext(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failNext = err
+}
+
+// SetHasRandomFully says whether MASQUERADE takes --random-fully (as
+// iptables before 1.6.2 does not). A Backend asks when it is made.
+func (f *Fake) SetHasRandomFully(v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.randomFully = v
+}
+
+// Save returns table in iptables-save format: built-in chains, then the
+// others by name; then the rules, chain by chain in that order.
+func (f *Fake) Save(table string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.tables[table]
+	if t == nil {
+		return ""
+	}
+	return t.save(table)
+}
+
+// Dump returns Save of the filter and the nat table.
+func (f *Fake) Dump() string { return f.Save(TableFilter) + f.Save(TableNAT) }
+
+func (t *fakeTable) order(table string) []string {
+	names := slices.Clone(builtinChains[table])
+	var user []string
+	for n, c := range t.chains {
+		if !c.builtin {
+			user = append(user, n)
+		}
+	}
+	slices.Sort(user)
+	return append(names, user...)
+}
+
+func (t *fakeTable) save(table string) string {
+	var b strings.Builder
+	b.WriteString("*" + table + "\n")
+	names := t.order(table)
+	for _, n := range names {
+		c := t.chains[n]
+		policy := "-"
+		if c.builtin {
+			policy = c.policy
+		}
+		b.WriteString(":" + n + " " + policy + " [0:0]\n")
+	}
+	for _, n := range names {
+		for _, r := range t.chains[n].rules {
+			b.WriteString("-A " + n + " " + renderArgs(r) + "\n")
+		}
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+// renderArgs joins a rule's arguments, quoting those with a space.
+func renderArgs(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t") {
+			a = `"` + a + `"`
+		}
+		out[i] = a
+	}
+	return strings.Join(out, " ")
+}
+
+// splitArgs splits a line into arguments as iptables-restore does:
+// spaces separate them, double quotes group them.
+func splitArgs(line string) ([]string, error) {
+	var out []string
+	var cur strings.Builder
+	in, has := false, false
+	for _, r := range line {
+		switch {
+		case r == '"':
+			in, has = !in, true
+		case (r == ' ' || r == '\t') && !in:
+			if has {
+				out = append(out, cur.String())
+				cur.Reset()
+				has = false
+			}
+		default:
+			cur.WriteRune(r)
+			has = true
+		}
+	}
+	if in {
+		return nil, errors.New("unterminated quote")
+	}
+	if has {
+		out = append(out, cur.String())
+	}
+	return out, nil
+}
+
+func (t *fakeTable) clone() *fakeTable {
+	c := &fakeTable{chains: make(map[string]*fakeChain, len(t.chains))}
+	for n, ch := range t.chains {
+		cc := *ch
+		cc.rules = slices.Clone(ch.rules)
+		c.chains[n] = &cc
+	}
+	return c
+}
+
+func (f *Fake) restore(ctx context.Context, input []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := f.failNext; err != nil {
+		f.failNext = nil
+		return err
+	}
+	f.restores = append(f.restores, string(input))
+	var (
+		table string
+		work  *fakeTable
+	)
+	for i, line := range strings.Split(string(input), "\n") {
+		fail := func(err error) error { return &LineError{Line: i + 1, Text: line, Err: err} }
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "*"):
+			if work != nil {
+				return fail(fmt.Errorf("table %s not committed", table))
+			}
+			table = line[1:]
+			t := f.tables[table]
+			if t == nil {
+				return fail(fmt.Errorf("can't initialize iptables table %q: table does not exist", table))
+			}
+			work = t.clone()
+		case work == nil:
+			return fail(errors.New("no table given"))
+		case line == "COMMIT":
+			f.tables[table], work = work, nil
+		case strings.HasPrefix(line, ":"):
+			if err := work.declare(line[1:]); err != nil {
+				return fail(err)
+			}
+		default:
+			args, err := splitArgs(line)
+			if err != nil {
+				return fail(err)
+			}
+			if err := work.command(table, args); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if work != nil {
+		return &LineError{Line: strings.Count(string(input), "\n") + 1, Err: fmt.Errorf("table %s: no COMMIT", table)}
+	}
+	return nil
+}
+
+// declare applies a ":CHAIN POLICY [p:b]" line.
+func (t *fakeTable) declare(decl string) error {
+	fields := strings.Fields(decl)
+	if len(fields) < 2 {
+		return fmt.Errorf("bad chain declaration %q", decl)
+	}
+	name, policy := fields[0], fields[1]
+	if c := t.chains[name]; c != nil && c.builtin {
+		if policy != targetAccept && policy != targetDrop {
+			return fmt.Errorf("chain %s: bad policy %q", name, policy)
+		}
+		c.policy = policy
+		return nil
+	}
+	if policy != "-" {
+		return fmt.Errorf("chain %s: a policy for a user-defined chain", name)
+	}
+	if c := t.chains[name]; c != nil {
+		c.rules = nil
+		return nil
+	}
+	return t.newChain(name)
+}
+
+func (t *fakeTable) newChain(name string) error {
+	if len(name) > MaxChainName || name == "" || strings.HasPrefix(name, "-") {
+		return fmt.Errorf("invalid chain name %q", name)
+	}
+	if t.chains[name] != nil {
+		return fmt.Errorf("chain %s already exists", name)
+	}
+	t.chains[name] = &fakeChain{}
+	return nil
+}
+
+// command applies one "-A", "-I", "-D", "-F", "-N" or "-X" line.
+func (t *fakeTable) command(table string, args []string) error {
+	if len(args) < 2 {
+		return fmt.Errorf("bad command %q", strings.Join(args, " "))
+	}
+	op, name, rule := args[0], args[1], args[2:]
+	c := t.chains[name]
+	switch op {
+	case "-N":
+		return t.newChain(name)
+	case "-X":
+		switch {
+		case c == nil:
+			return fmt.Errorf("chain %s: no such chain", name)
+		case c.builtin:
+			return fmt.Errorf("chain %s: cannot delete a built-in chain", name)
+		}
+		if by := t.referrer(name); by != "" {
+			return fmt.Errorf("chain %s: too many links: a rule of %s jumps to it", name, by)
+		}
+		delete(t.chains, name)
+		return nil
+	}
+	if c == nil {
+		return fmt.Errorf("chain %s: no such chain", name)
+	}
+	switch op {
+	case "-F":
+		c.rules = nil
+	case "-A", "-I":
+		if op == "-I" && len(rule) > 0 {
+			if _, err := strconv.Atoi(rule[0]); err == nil {
+				return errors.New("-I with a rule number: not supported by the fake")
+			}
+		}
+		if err := t.checkRule(table, rule); err != nil {
+			return fmt.Errorf("chain %s: %w", name, err)
+		}
+		r := slices.Clone(rule)
+		if op == "-A" {
+			c.rules = append(c.rules, r)
+		} else {
+			c.rules = slices.Insert(c.rules, 0, r)
+		}
+	case "-D":
+		if i := slices.IndexFunc(c.rules, func(r []string) bool { return slices.Equal(r, rule) }); i >= 0 {
+			c.rules = slices.Delete(c.rules, i, i+1)
+		} else {
+			return fmt.Errorf("chain %s: bad rule (does a matching rule exist in that chain?)", name)
+		}
+	default:
+		return fmt.Errorf("unknown command %q", op)
+	}
+	return nil
+}
+
+// checkRule checks a rule's matches and target.
+func (t *fakeTable) checkRule(table string, rule []string) error {
+	for i := 0; i < len(rule); i++ {
+		switch rule[i] {
+		case "-m", "--match":
+			if i+1 >= len(rule) || !slices.Contains(knownMatches, rule[i+1]) {
+				return fmt.Errorf("couldn't load match %q: no such file or directory", at(rule, i+1))
+			}
+		case "-j", "-g":
+			target := at(rule, i+1)
+			if slices.Contains(tableTargets[table], target) {
+				continue
+			}
+			c := t.chains[target]
+			switch {
+			case c == nil && (target == targetDNAT || target == targetMasquerade || target == targetReject):
+				return fmt.Errorf("target %s is not valid in the %s table", target, table)
+			case c == nil:
+				return fmt.Errorf("couldn't load target %q: no such file or directory", target)
+			case c.builtin:
+				return fmt.Errorf("cannot jump to built-in chain %s", target)
+			}
+		}
+	}
+	return nil
+}
+
+func at(args []string, i int) string {
+	if i < len(args) {
+		return args[i]
+	}
+	return ""
+}
+
+// referrer returns the chain of a rule that jumps to name, or "".
+func (t *fakeTable) referrer(name string) string {
+	for n, c := range t.chains {
+		for _, r := range c.rules {
+			for i := 0; i+1 < len(r); i++ {
+				if (r[i] == "-j" || r[i] == "-g") && r[i+1] == name {
+					return n
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func (f *Fake) save(ctx context.Context, table string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.tables[table]
+	if t == nil {
+		return nil, fmt.Errorf("table %s does not exist", table)
+	}
+	return []byte(t.save(table)), nil
+}
+
+func (f *Fake) ensureChain(ctx context.Context, table, chain string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.tables[table]
+	if t == nil {
+		return fmt.Errorf("table %s does not exist", table)
+	}
+	if t.chains[chain] != nil {
+		return nil
+	}
+	return t.newChain(chain)
+}
+
+func (f *Fake) ensureRule(ctx context.Context, table, chain string, args ...string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.tables[table]
+	if t == nil {
+		return false, fmt.Errorf("table %s does not exist", table)
+	}
+	c := t.chains[chain]
+	if c == nil {
+		return false, fmt.Errorf("chain %s of table %s does not exist", chain, table)
+	}
+	if slices.ContainsFunc(c.rules, func(r []string) bool { return slices.Equal(r, args) }) {
+		return true, nil
+	}
+	if err := t.checkRule(table, args); err != nil {
+		return false, err
+	}
+	c.rules = slices.Insert(c.rules, 0, slices.Clone(args))
+	return false, nil
+}
+
+func (f *Fake) deleteRule(ctx context.Context, table, chain string, args ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.tables[table]
+	if t == nil || t.chains[chain] == nil {
+		return nil
+	}
+	c := t.chains[chain]
+	c.rules = slices.DeleteFunc(c.rules, func(r []string) bool { return slices.Equal(r, args) })
+	return nil
+}
+
+func (f *Fake) hasRandomFully() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.randomFully
+}
+
+func (f *Fake) routeLocalnet(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.localnet = true
+	return nil
+}
+
+func (f *Fake) close() error { return nil }
+
+// lastRestore returns the input of the last restore applied, for tests.
+func (f *Fake) lastRestore() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.restores) == 0 {
+		return ""
+	}
+	return f.restores[len(f.restores)-1]
+}

@@ -1,0 +1,45 @@
+package iptables
+
+import (
+	"context"
+	"fmt"
+)
+
+// kernel is the seam between the Backend and what it programs: the
+// iptables binaries of one variant and family (kernel_linux.go), or the
+// Fake.
+type kernel interface {
+	// restore runs iptables-restore --noflush --counters with input and
+	// the xtables lock. Each table's section commits atomically at its
+	// COMMIT. A failure on a line is a *LineError.
+	restore(ctx context.Context, input []byte) error
+	// save returns iptables-save -t table.
+	save(ctx context.Context, table string) ([]byte, error)
+	// ensureChain creates chain in table unless it exists.
+	ensureChain(ctx context.Context, table, chain string) error
+	// ensureRule prepends the rule to chain unless it is there.
+	ensureRule(ctx context.Context, table, chain string, args ...string) (existed bool, err error)
+	// deleteRule deletes the rule; a missing rule or chain is not an error.
+	deleteRule(ctx context.Context, table, chain string, args ...string) error
+	// hasRandomFully reports whether MASQUERADE takes --random-fully.
+	hasRandomFully() bool
+	// routeLocalnet sets net.ipv4.conf.all.route_localnet to 1, so that
+	// packets to 127.0.0.0/8 may be DNATed off the node.
+	routeLocalnet(ctx context.Context) error
+	// close releases the kernel's resources.
+	close() error
+}
+
+// LineError is a restore failure the kernel or iptables-restore pinned
+// to a line of the input (1-based).
+type LineError struct {
+	Line int
+	Text string // the line
+	Err  error
+}
+
+func (e *LineError) Error() string {
+	return fmt.Sprintf("line %d %q: %v", e.Line, e.Text, e.Err)
+}
+
+func (e *LineError) Unwrap() error { return e.Err }
