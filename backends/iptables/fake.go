@@ -35,14 +35,16 @@ type Fake struct {
 	tables      map[string]*fakeTable
 	failNext    error
 	randomFully bool
-	localnet    bool     // routeLocalnet was called
-	restores    []string // inputs applied, for tests
+	localnet    bool            // routeLocalnet was called
+	missing     map[string]bool // matches refused as if the kernel lacked them
+	restores    []string        // inputs applied, for tests
 }
 
 var _ kernel = (*Fake)(nil)
 
 type fakeTable struct {
 	chains map[string]*fakeChain
+	owned  map[string]bool // chains of a working copy it may change in place
 }
 
 type fakeChain struct {
@@ -186,14 +188,26 @@ func splitArgs(line string) ([]string, error) {
 	return out, nil
 }
 
+// clone returns a working copy of t, which copies a chain the first time
+// it changes it (mut), so that t stays as it was until COMMIT.
 func (t *fakeTable) clone() *fakeTable {
-	c := &fakeTable{chains: make(map[string]*fakeChain, len(t.chains))}
+	c := &fakeTable{chains: make(map[string]*fakeChain, len(t.chains)), owned: map[string]bool{}}
 	for n, ch := range t.chains {
-		cc := *ch
-		cc.rules = slices.Clone(ch.rules)
-		c.chains[n] = &cc
+		c.chains[n] = ch
 	}
 	return c
+}
+
+// mut returns chain name of a working copy, copied if it is not yet.
+func (t *fakeTable) mut(name string) *fakeChain {
+	c := t.chains[name]
+	if c == nil || t.owned == nil || t.owned[name] {
+		return c
+	}
+	cc := *c
+	cc.rules = slices.Clone(c.rules)
+	t.chains[name], t.owned[name] = &cc, true
+	return &cc
 }
 
 func (f *Fake) restore(ctx context.Context, input []byte) error {
@@ -229,6 +243,7 @@ func (f *Fake) restore(ctx context.Context, input []byte) error {
 		case work == nil:
 			return fail(errors.New("no table given"))
 		case line == "COMMIT":
+			work.owned = nil
 			f.tables[table], work = work, nil
 		case strings.HasPrefix(line, ":"):
 			if err := work.declare(line[1:]); err != nil {
@@ -239,7 +254,7 @@ func (f *Fake) restore(ctx context.Context, input []byte) error {
 			if err != nil {
 				return fail(err)
 			}
-			if err := work.command(table, args); err != nil {
+			if err := work.command(table, args, f.missing); err != nil {
 				return fail(err)
 			}
 		}
@@ -257,7 +272,7 @@ func (t *fakeTable) declare(decl string) error {
 		return fmt.Errorf("bad chain declaration %q", decl)
 	}
 	name, policy := fields[0], fields[1]
-	if c := t.chains[name]; c != nil && c.builtin {
+	if c := t.mut(name); c != nil && c.builtin {
 		if policy != targetAccept && policy != targetDrop {
 			return fmt.Errorf("chain %s: bad policy %q", name, policy)
 		}
@@ -282,11 +297,14 @@ func (t *fakeTable) newChain(name string) error {
 		return fmt.Errorf("chain %s already exists", name)
 	}
 	t.chains[name] = &fakeChain{}
+	if t.owned != nil {
+		t.owned[name] = true
+	}
 	return nil
 }
 
 // command applies one "-A", "-I", "-D", "-F", "-N" or "-X" line.
-func (t *fakeTable) command(table string, args []string) error {
+func (t *fakeTable) command(table string, args []string, missing map[string]bool) error {
 	if len(args) < 2 {
 		return fmt.Errorf("bad command %q", strings.Join(args, " "))
 	}
@@ -311,6 +329,7 @@ func (t *fakeTable) command(table string, args []string) error {
 	if c == nil {
 		return fmt.Errorf("chain %s: no such chain", name)
 	}
+	c = t.mut(name)
 	switch op {
 	case "-F":
 		c.rules = nil
@@ -320,7 +339,7 @@ func (t *fakeTable) command(table string, args []string) error {
 				return errors.New("-I with a rule number: not supported by the fake")
 			}
 		}
-		if err := t.checkRule(table, rule); err != nil {
+		if err := t.checkRule(table, rule, missing); err != nil {
 			return fmt.Errorf("chain %s: %w", name, err)
 		}
 		r := slices.Clone(rule)
@@ -342,11 +361,11 @@ func (t *fakeTable) command(table string, args []string) error {
 }
 
 // checkRule checks a rule's matches and target.
-func (t *fakeTable) checkRule(table string, rule []string) error {
+func (t *fakeTable) checkRule(table string, rule []string, missing map[string]bool) error {
 	for i := 0; i < len(rule); i++ {
 		switch rule[i] {
 		case "-m", "--match":
-			if i+1 >= len(rule) || !slices.Contains(knownMatches, rule[i+1]) {
+			if i+1 >= len(rule) || !slices.Contains(knownMatches, rule[i+1]) || missing[rule[i+1]] {
 				return fmt.Errorf("couldn't load match %q: no such file or directory", at(rule, i+1))
 			}
 		case "-j", "-g":
@@ -426,7 +445,7 @@ func (f *Fake) ensureRule(ctx context.Context, table, chain string, args ...stri
 	if slices.ContainsFunc(c.rules, func(r []string) bool { return slices.Equal(r, args) }) {
 		return true, nil
 	}
-	if err := t.checkRule(table, args); err != nil {
+	if err := t.checkRule(table, args, f.missing); err != nil {
 		return false, err
 	}
 	c.rules = slices.Insert(c.rules, 0, slices.Clone(args))
@@ -459,6 +478,17 @@ func (f *Fake) routeLocalnet(ctx context.Context) error {
 }
 
 func (f *Fake) close() error { return nil }
+
+// lackMatch makes the Fake refuse match name, as a kernel without its
+// module does.
+func (f *Fake) lackMatch(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.missing == nil {
+		f.missing = map[string]bool{}
+	}
+	f.missing[name] = true
+}
 
 // lastRestore returns the input of the last restore applied, for tests.
 func (f *Fake) lastRestore() string {

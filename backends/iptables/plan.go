@@ -110,10 +110,27 @@ type stateWide struct {
 	masq     backends.Masquerade // of traffic to the ClusterIP
 	podCIDRs []netip.Prefix      // local-traffic detection; empty: none
 	nodeIPs  []netip.Addr        // for the firewall's node exception
+	// large: more than LargeClusterEndpoints endpoints in all, so the
+	// rules to and of endpoint chains carry no comment.
+	large bool
 }
 
 func (w *stateWide) equal(o *stateWide) bool {
-	return w.masq == o.masq && slices.Equal(w.podCIDRs, o.podCIDRs) && slices.Equal(w.nodeIPs, o.nodeIPs)
+	return w.masq == o.masq && slices.Equal(w.podCIDRs, o.podCIDRs) && slices.Equal(w.nodeIPs, o.nodeIPs) && w.large == o.large
+}
+
+// LargeClusterEndpoints is the number of endpoints (of every service
+// port's Cluster and Local sets) above which the rules that jump to an
+// endpoint's chain, and the rules of that chain, carry no comment, as
+// upstream's large-cluster mode: about 40% less restore input.
+const LargeClusterEndpoints = 1000
+
+func largeCluster(s *backends.State) bool {
+	n := 0
+	for i := range s.Services {
+		n += len(s.Services[i].Cluster) + len(s.Services[i].Local)
+	}
+	return n > LargeClusterEndpoints
 }
 
 func (p *planner) plan(s *backends.State) *Ruleset {
@@ -121,6 +138,7 @@ func (p *planner) plan(s *backends.State) *Ruleset {
 		masq:     s.InternalMasquerade(),
 		podCIDRs: backends.NormalizePrefixes(s.ClusterCIDRs),
 		nodeIPs:  backends.SortedAddrs(s.NodeIPs),
+		large:    largeCluster(s),
 	}
 	old := p.cache
 	if !wide.equal(&p.wide) {
@@ -270,7 +288,7 @@ func (p *planner) service(w *stateWide, s *backends.Service) *Fragment {
 		if chain == internalChain && in.Verdict == backends.Forward {
 			c.Rules = append(c.Rules, p.internalMasq(w, name, cipMatch)...)
 		}
-		c.Rules = append(c.Rules, endpointRules(n.base, name, s.AffinityTimeout, eps)...)
+		c.Rules = append(c.Rules, endpointRules(n.base, name, w.large, s.AffinityTimeout, eps)...)
 		return c
 	}
 	if usesSVC {
@@ -327,13 +345,17 @@ func (p *planner) service(w *stateWide, s *backends.Service) *Fragment {
 			}
 			seen[ap] = true
 			sep := sepChain(n.base, e)
+			cmt := comment(name)
+			if w.large {
+				cmt = ""
+			}
 			recent := ""
 			if s.AffinityTimeout > 0 {
 				recent = "-m recent --name " + sep + " --set"
 			}
 			f.Chains = append(f.Chains, &Chain{Name: sep, Rules: []string{
-				join(comment(name), "-s", hostPrefix(e.Addr), "-j", ChainMarkMasq),
-				join(comment(name), recent, l4, "-j", targetDNAT, "--to-destination", ap.String()),
+				join(cmt, "-s", hostPrefix(e.Addr), "-j", ChainMarkMasq),
+				join(cmt, recent, l4, "-j", targetDNAT, "--to-destination", ap.String()),
 			}})
 		}
 	}
@@ -358,15 +380,21 @@ func (p *planner) internalMasq(w *stateWide, name, cipMatch string) []string {
 
 // endpointRules are a policy chain's jumps to its endpoints' chains:
 // with affinity, first one per endpoint for the clients it saw within
-// timeout seconds; then the weighted choice (probabilities).
-func endpointRules(base, name string, timeout uint32, eps []backends.Endpoint) []string {
+// timeout seconds; then the weighted choice (probabilities). Without
+// comments when large.
+func endpointRules(base, name string, large bool, timeout uint32, eps []backends.Endpoint) []string {
 	out := make([]string, 0, 2*len(eps))
+	cmt := func(e *backends.Endpoint) string {
+		if large {
+			return ""
+		}
+		return comment(name + " -> " + netip.AddrPortFrom(e.Addr, e.Port).String())
+	}
 	if timeout > 0 {
 		secs := strconv.FormatUint(uint64(timeout), 10)
 		for i := range eps {
 			sep := sepChain(base, &eps[i])
-			out = append(out, join(comment(name+" -> "+netip.AddrPortFrom(eps[i].Addr, eps[i].Port).String()),
-				"-m recent --name", sep, "--rcheck --seconds", secs, "--reap -j", sep))
+			out = append(out, join(cmt(&eps[i]), "-m recent --name", sep, "--rcheck --seconds", secs, "--reap -j", sep))
 		}
 	}
 	probs := Probabilities(eps)
@@ -375,8 +403,7 @@ func endpointRules(base, name string, timeout uint32, eps []backends.Endpoint) [
 		if i < len(probs) {
 			stat = "-m statistic --mode random --probability " + probs[i]
 		}
-		out = append(out, join(comment(name+" -> "+netip.AddrPortFrom(eps[i].Addr, eps[i].Port).String()),
-			stat, "-j", sepChain(base, &eps[i])))
+		out = append(out, join(cmt(&eps[i]), stat, "-j", sepChain(base, &eps[i])))
 	}
 	return out
 }

@@ -223,3 +223,19 @@ func TestMasqueradeOffCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestLargeCluster: above LargeClusterEndpoints endpoints, the rules to
+// and of endpoint chains carry no comment; the others keep theirs.
+func TestLargeCluster(t *testing.T) {
+	for _, tt := range []struct {
+		services int
+		large    bool
+	}{{100, false}, {101, true}} {
+		in := mustPlan(t, Opts{Family: backends.IPv4}, largeState(tt.services, 10)).Restore()
+		sepComments := strings.Contains(in, `-m comment --comment "bench/svc-00000:http" -s`) ||
+			strings.Contains(in, `-m comment --comment "bench/svc-00000:http -> `)
+		if sepComments == tt.large || !strings.Contains(in, `--comment "bench/svc-00000:http cluster IP"`) {
+			t.Errorf("%d services: endpoint comments %v, want %v", tt.services, sepComments, !tt.large)
+		}
+	}
+}

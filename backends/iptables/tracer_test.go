@@ -154,7 +154,7 @@ type packet struct {
 	src, dst netip.Addr
 	proto    string
 	dport    int
-	fromNode bool         // sent by the node itself (nat and filter OUTPUT)
+	fromNode bool            // sent by the node itself (nat and filter OUTPUT)
 	recent   map[string]bool // affinity lists (chains) that hold src
 }
 

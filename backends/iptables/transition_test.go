@@ -1,0 +1,548 @@
+package iptables
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasp-proxy/wasp/backends"
+)
+
+// transitionStates is a sequence of states that exercises every kind of
+// change: service ports added and removed, endpoints and weights changed,
+// policies toggled, affinity switched on and its timeout changed, NodePort
+// addresses set and unset, cluster CIDRs and masquerading changed, a
+// multi-port Service losing a port.
+func transitionStates() []*backends.State {
+	var out []*backends.State
+	add := func(f func(s *backends.State)) {
+		s := goldenState4()
+		if f != nil {
+			f(s)
+		}
+		s.Services = sortServices(s.Services)
+		out = append(out, s)
+	}
+	find := func(s *backends.State, name string) *backends.Service {
+		for i := range s.Services {
+			if s.Services[i].Name == name {
+				return &s.Services[i]
+			}
+		}
+		panic(name)
+	}
+	add(nil)
+	add(func(s *backends.State) { // endpoints and weights
+		find(s, "web").Cluster = []backends.Endpoint{ep("10.244.1.10", 1), ep("10.244.3.10", 5)}
+		find(s, "weighted").Cluster = []backends.Endpoint{ep("10.244.1.11", 1)}
+	})
+	add(func(s *backends.State) { // a service goes, one comes; affinity on
+		s.Services = slices.DeleteFunc(s.Services, func(v backends.Service) bool { return v.Name == "lb" })
+		s.Services = append(s.Services, svc("new", "10.96.0.30", func(v *backends.Service) {
+			v.Cluster = []backends.Endpoint{ep("10.244.2.30", 1)}
+		}))
+		find(s, "web").AffinityTimeout = 30
+	})
+	add(func(s *backends.State) { // affinity timeout changes; NodePort addresses
+		find(s, "sticky").AffinityTimeout = 60
+		s.NodePortAddresses = []netip.Addr{ip("198.51.100.11"), ip("198.51.100.0")}
+	})
+	add(func(s *backends.State) { // policies and no endpoints
+		find(s, "web").InternalPolicyLocal = true
+		find(s, "web").Local = []backends.Endpoint{ep("10.244.1.10", 1)}
+		find(s, "weighted").Cluster = nil
+		find(s, "weighted").HasAnyEndpoints = false
+		find(s, "lb").ExternalPolicyLocal = false
+	})
+	add(func(s *backends.State) { // state-wide changes
+		s.ClusterCIDRs = []netip.Prefix{pfx("10.244.0.0/16"), pfx("10.245.0.0/16")}
+		s.MasqueradeAll = true
+		s.NodeIPs = nil
+	})
+	add(func(s *backends.State) { // a multi-port Service
+		web := *find(s, "web")
+		web.Key, web.PortName, web.Port = "demo/web:https/TCP/IPv4", "https", 443
+		web.ExternalIPs = []netip.Addr{ip("192.0.2.15")}
+		s.Services = append(s.Services, web)
+	})
+	add(func(s *backends.State) { // the multi-port Service loses its first port
+		web := find(s, "web")
+		web.Key, web.PortName, web.Port = "demo/web:https/TCP/IPv4", "https", 443
+	})
+	add(func(s *backends.State) { s.Services = nil })
+	return out
+}
+
+func newFakeBackend(t testing.TB, f *Fake, o Opts) *Backend {
+	t.Helper()
+	b, err := NewWithFake(o, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+var opts4 = Opts{Family: backends.IPv4, LocalhostNodePorts: true}
+
+// fresh is the dump of a fresh Fake programmed with s.
+func fresh(t testing.TB, s *backends.State) string {
+	t.Helper()
+	f := NewFake()
+	if err := newFakeBackend(t, f, opts4).Sync(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	return f.Dump()
+}
+
+func TestTransitions(t *testing.T) {
+	f := NewFake()
+	b := newFakeBackend(t, f, opts4)
+	for i, s := range transitionStates() {
+		if err := b.Sync(context.Background(), s); err != nil {
+			t.Fatalf("state %d: %v", i, err)
+		}
+		if got, want := f.Dump(), fresh(t, s); got != want {
+			t.Fatalf("state %d differs from a fresh full sync:\n%s", i, lineDiff(want, got))
+		}
+		if full := b.LastSync().Full; full != (i == 0) {
+			t.Errorf("state %d: full sync %v", i, full)
+		}
+	}
+	if b.stats.full != 1 || b.stats.failures != 0 {
+		t.Errorf("stats %+v, want one full sync (the first) and no failure", b.stats)
+	}
+}
+
+// TestTransitionsRandomOrder applies the states in random orders, with
+// repeats: each dump must equal a fresh full sync of its state.
+func TestTransitionsRandomOrder(t *testing.T) {
+	states := transitionStates()
+	want := make([]string, len(states))
+	for i, s := range states {
+		want[i] = fresh(t, s)
+	}
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 1))
+		f := NewFake()
+		b := newFakeBackend(t, f, opts4)
+		for step := range 3 * len(states) {
+			i := r.IntN(len(states))
+			if err := b.Sync(context.Background(), states[i]); err != nil {
+				t.Fatalf("seed %d step %d state %d: %v", seed, step, i, err)
+			}
+			if got := f.Dump(); got != want[i] {
+				t.Fatalf("seed %d step %d: state %d differs from a fresh full sync:\n%s", seed, step, i, lineDiff(want[i], got))
+			}
+		}
+	}
+}
+
+// declared returns the chains a restore input declares, by table.
+func declared(in string) map[string][]string {
+	out := map[string][]string{}
+	table := ""
+	for _, l := range strings.Split(in, "\n") {
+		switch {
+		case strings.HasPrefix(l, "*"):
+			table = l[1:]
+		case strings.HasPrefix(l, ":"):
+			name, _, _ := strings.Cut(l[1:], " ")
+			out[table] = append(out[table], name)
+		}
+	}
+	return out
+}
+
+// serviceChainsOf returns the per-service chains of a declaration list.
+func serviceChainsOf(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if isServiceChain(n) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestPartialSyncWritesOnlyChanges: changing one endpoint of one service
+// port rewrites its policy chain and the new endpoint's chain, deletes
+// the old endpoint's chain, and writes no other service chain; the same
+// state again writes no service chain at all.
+func TestPartialSyncWritesOnlyChanges(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake()
+	b := newFakeBackend(t, f, opts4)
+	s := goldenState4()
+	if err := b.Sync(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sync(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	in := f.lastRestore()
+	if got := serviceChainsOf(declared(in)[TableNAT]); len(got) != 0 || strings.Contains(in, "\n-X ") {
+		t.Errorf("a second sync of the same state writes service chains %v:\n%s", got, in)
+	}
+	for _, c := range []string{ChainServices, ChainNodePorts, ChainPostrouting, ChainMarkMasq} {
+		if !slices.Contains(declared(in)[TableNAT], c) {
+			t.Errorf("a partial sync does not write fixed chain %s", c)
+		}
+	}
+
+	s2 := goldenState4()
+	web := &s2.Services[slices.IndexFunc(s2.Services, func(v backends.Service) bool { return v.Name == "web" })]
+	old := web.Cluster[1]
+	web.Cluster[1] = ep("10.244.3.10", 1)
+	if err := b.Sync(ctx, s2); err != nil {
+		t.Fatal(err)
+	}
+	n := newServiceChains(web)
+	want := []string{n.svc, sepChain(n.base, &web.Cluster[1]), sepChain(n.base, &old)}
+	slices.Sort(want)
+	in = f.lastRestore()
+	if got := serviceChainsOf(declared(in)[TableNAT]); !slices.Equal(got, want) {
+		t.Errorf("wrote %v, want %v:\n%s", got, want, in)
+	}
+	if !strings.Contains(in, "-X "+sepChain(n.base, &old)+"\n") || strings.Count(in, "\n-X ") != 1 {
+		t.Errorf("the old endpoint's chain is not the one deleted:\n%s", in)
+	}
+	if b.LastSync().Full {
+		t.Error("a change was a full sync")
+	}
+	if got, want := f.Dump(), fresh(t, s2); got != want {
+		t.Errorf("the partial sync differs from a fresh full one:\n%s", lineDiff(want, got))
+	}
+}
+
+// TestFullSyncRemovesLeftovers: the first Sync deletes the service chains
+// of wasp's it does not want (left by an earlier process), and touches no
+// chain of kube-proxy's.
+func TestFullSyncRemovesLeftovers(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake()
+	left := "*nat\n:WASP-SVC-AAAAAAAAAAAAAAAA - [0:0]\n:WASP-SEP-BBBBBBBBBBBBBBBB - [0:0]\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\n" +
+		"-A WASP-SVC-AAAAAAAAAAAAAAAA -j WASP-SEP-BBBBBBBBBBBBBBBB\n-A KUBE-SVC-AAAAAAAAAAAAAAAA -j ACCEPT\nCOMMIT\n"
+	if err := f.restore(ctx, []byte(left)); err != nil {
+		t.Fatal(err)
+	}
+	b := newFakeBackend(t, f, opts4)
+	if err := b.Sync(ctx, goldenState4()); err != nil {
+		t.Fatal(err)
+	}
+	got := f.Dump()
+	if strings.Contains(got, "AAAAAAAAAAAAAAAA - ") && !strings.Contains(got, ":KUBE-SVC-AAAAAAAAAAAAAAAA - ") ||
+		strings.Contains(got, "WASP-SVC-AAAA") || strings.Contains(got, "WASP-SEP-BBBB") {
+		t.Errorf("leftovers:\n%s", got)
+	}
+	kube := "-A KUBE-SVC-AAAAAAAAAAAAAAAA -j ACCEPT\n"
+	if !strings.Contains(got, kube) {
+		t.Errorf("kube-proxy's chain was touched:\n%s", got)
+	}
+	if want := fresh(t, goldenState4()); strings.Replace(strings.Replace(got, kube, "", 1), ":KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\n", "", 1) != want {
+		t.Errorf("after the restart:\n%s", lineDiff(want, got))
+	}
+}
+
+// TestRestartReconciles: a new Backend on tables programmed by another
+// reaches a fresh full sync of its state, without flushing the chains
+// first: the tables never lack a service the old and new states share.
+func TestRestartReconciles(t *testing.T) {
+	ctx := context.Background()
+	states := transitionStates()
+	f := NewFake()
+	if err := newFakeBackend(t, f, opts4).Sync(ctx, states[2]); err != nil {
+		t.Fatal(err)
+	}
+	next := newFakeBackend(t, f, opts4)
+	if err := next.Sync(ctx, states[1]); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.Dump(), fresh(t, states[1]); got != want {
+		t.Errorf("after the restart:\n%s", lineDiff(want, got))
+	}
+	in := f.lastRestore()
+	if strings.Contains(in, "\n-F ") || strings.Contains(in, "\n-X "+ChainServices) {
+		t.Errorf("the restart's restore flushes or deletes a fixed chain apart:\n%s", in)
+	}
+}
+
+// TestFailedRestore: a restore the kernel refuses (here a match it lacks)
+// returns ErrRestore (and ErrPartialRestore for a partial sync) naming the
+// failing line, leaves both tables as they were, and makes the next Sync
+// full.
+func TestFailedRestore(t *testing.T) {
+	ctx := context.Background()
+	states := transitionStates()
+	f := NewFake()
+	b := newFakeBackend(t, f, opts4)
+	if err := b.Sync(ctx, states[0]); err != nil {
+		t.Fatal(err)
+	}
+	before := f.Dump()
+	f.lackMatch("statistic")
+	err := b.Sync(ctx, states[1])
+	if !errors.Is(err, ErrRestore) || !errors.Is(err, ErrPartialRestore) {
+		t.Fatalf("got %v, want ErrRestore and ErrPartialRestore", err)
+	}
+	var le *LineError
+	if !errors.As(err, &le) || !strings.Contains(le.Text, "-m statistic") || !strings.Contains(err.Error(), "line ") {
+		t.Errorf("the error does not name the failing line: %v", err)
+	}
+	if f.Dump() != before {
+		t.Errorf("a failed restore changed the tables:\n%s", lineDiff(before, f.Dump()))
+	}
+	err = b.Sync(ctx, states[1])
+	if !errors.Is(err, ErrRestore) || errors.Is(err, ErrPartialRestore) {
+		t.Fatalf("the retry: got %v, want a full sync's ErrRestore", err)
+	}
+	f.mu.Lock()
+	f.missing = nil
+	f.mu.Unlock()
+	if err := b.Sync(ctx, states[2]); err != nil {
+		t.Fatal(err)
+	}
+	if !b.LastSync().Full {
+		t.Error("the sync after a failure was not full")
+	}
+	if got, want := f.Dump(), fresh(t, states[2]); got != want {
+		t.Fatalf("after recovery:\n%s", lineDiff(want, got))
+	}
+	if err := b.Sync(ctx, states[3]); err != nil || b.LastSync().Full {
+		t.Errorf("the next sync: %v, full %v; want a partial one", err, b.LastSync().Full)
+	}
+}
+
+// TestPeriodicFullSync: a Sync after FullSyncPeriod is a full one.
+func TestPeriodicFullSync(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake()
+	o := opts4
+	o.FullSyncPeriod = time.Minute
+	b := newFakeBackend(t, f, o)
+	now := time.Unix(1e9, 0)
+	b.now = func() time.Time { return now }
+	s := goldenState4()
+	var got []bool
+	for _, step := range []time.Duration{0, 30 * time.Second, 29 * time.Second, time.Second, time.Second} {
+		now = now.Add(step)
+		if err := b.Sync(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, b.LastSync().Full)
+	}
+	if want := []bool{true, false, false, true, false}; !slices.Equal(got, want) {
+		t.Errorf("full syncs %v, want %v", got, want)
+	}
+	if serviceChainsOf(declared(f.lastRestore())[TableNAT]) != nil {
+		t.Error("the partial sync after a periodic full one wrote service chains")
+	}
+}
+
+// TestJumpsAndLocalnet: a full sync ensures the jump rules once and sets
+// route_localnet for localhost NodePorts.
+func TestJumpsAndLocalnet(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake()
+	b := newFakeBackend(t, f, opts4)
+	for range 2 {
+		if err := b.Cleanup(ctx); err != nil { // the next Sync is full
+			t.Fatal(err)
+		}
+		if err := b.Sync(ctx, goldenState4()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dump := f.Dump()
+	for _, want := range []string{
+		`-A PREROUTING -m comment --comment "wasp service portals" -j WASP-SERVICES`,
+		`-A POSTROUTING -m comment --comment "wasp postrouting rules" -j WASP-POSTROUTING`,
+		`-A FORWARD -m conntrack --ctstate NEW -m comment --comment "wasp service portals" -j WASP-SERVICES`,
+		`-A INPUT -m comment --comment "wasp localhost nodeports firewall" -j WASP-FIREWALL`,
+	} {
+		if strings.Count(dump, want+"\n") != 1 {
+			t.Errorf("%d of %q in\n%s", strings.Count(dump, want+"\n"), want, dump)
+		}
+	}
+	if !f.localnet {
+		t.Error("route_localnet not set")
+	}
+	f6 := NewFake()
+	if err := newFakeBackend(t, f6, Opts{Family: backends.IPv6, LocalhostNodePorts: true}).Sync(ctx, goldenState6()); err != nil {
+		t.Fatal(err)
+	}
+	if f6.localnet || strings.Contains(f6.Dump(), ChainFirewall) {
+		t.Error("localhost NodePorts on IPv6")
+	}
+}
+
+func TestCleanup(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake()
+	kube := "*filter\n:KUBE-FORWARD - [0:0]\n-A FORWARD -j KUBE-FORWARD\nCOMMIT\n"
+	if err := f.restore(ctx, []byte(kube)); err != nil {
+		t.Fatal(err)
+	}
+	want := f.Dump()
+	b := newFakeBackend(t, f, opts4)
+	if err := b.Sync(ctx, goldenState4()); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // nothing left is fine
+		if err := b.Cleanup(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Dump(); got != want {
+			t.Fatalf("after cleanup:\n%s", lineDiff(want, got))
+		}
+	}
+	if err := b.Sync(ctx, goldenState4()); err != nil || !b.LastSync().Full {
+		t.Fatalf("sync after cleanup: %v, full %v", err, b.LastSync().Full)
+	}
+	got := strings.Replace(strings.Replace(f.Dump(), ":KUBE-FORWARD - [0:0]\n", "", 1), "-A FORWARD -j KUBE-FORWARD\n", "", 1)
+	if want := fresh(t, goldenState4()); got != want {
+		t.Errorf("after a cleanup and a sync:\n%s", lineDiff(want, got))
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sync(ctx, goldenState4()); !errors.Is(err, ErrClosed) {
+		t.Errorf("sync after close: %v", err)
+	}
+}
+
+func TestLastSyncRules(t *testing.T) {
+	f := NewFake()
+	b := newFakeBackend(t, f, opts4)
+	if err := b.Sync(context.Background(), goldenState4()); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{TableFilter, TableNAT} {
+		want := strings.Count(f.Save(table), "\n-A "+Prefix)
+		if got := b.LastSync().Rules[table]; got != want || want == 0 {
+			t.Errorf("%s: %d rules, the table has %d in wasp's chains", table, got, want)
+		}
+	}
+}
+
+func TestSyncValidates(t *testing.T) {
+	f := NewFake()
+	b := newFakeBackend(t, f, opts4)
+	empty := f.Dump()
+	bad := goldenState4()
+	bad.Services[0].ClusterIP = ip("fd00::1")
+	bad.Services[1].Cluster = []backends.Endpoint{{Addr: ip("10.244.1.1"), Port: 80}}
+	err := b.Sync(context.Background(), bad)
+	if !errors.Is(err, ErrInvalidState) {
+		t.Fatalf("got %v, want ErrInvalidState", err)
+	}
+	for _, want := range []string{"clusterIP: fd00::1 is not ipv4", "cluster[0].weight: 0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if f.Dump() != empty {
+		t.Error("an invalid state programmed something")
+	}
+	if err := b.Sync(context.Background(), goldenState6()); !errors.Is(err, ErrInvalidState) {
+		t.Errorf("an IPv6 state on an IPv4 backend: %v", err)
+	}
+}
+
+func TestOpts(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		opts Opts
+		want string // error substring, "" for none
+		mark uint32
+	}{
+		{"defaults", Opts{Family: backends.IPv4}, "", 0x4000},
+		{"bit", Opts{Family: backends.IPv6, MasqueradeBit: 3}, "", 0x8},
+		{"no family", Opts{}, "family 0", 0},
+		{"bit too large", Opts{Family: backends.IPv4, MasqueradeBit: 32}, "masquerade bit 32", 0},
+		{"negative period", Opts{Family: backends.IPv4, FullSyncPeriod: -1}, "full sync period", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := tt.opts.config()
+			if tt.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("got %v, want %q", err, tt.want)
+				}
+				return
+			}
+			if err != nil || cfg.mark != tt.mark {
+				t.Fatalf("got %+v, %v", cfg, err)
+			}
+		})
+	}
+	f := NewFake()
+	f.SetHasRandomFully(false)
+	if err := newFakeBackend(t, f, Opts{Family: backends.IPv4, MasqueradeBit: 3}).Sync(context.Background(), goldenState4()); err != nil {
+		t.Fatal(err)
+	}
+	if d := f.Dump(); !strings.Contains(d, "-j MARK --or-mark 0x8\n") || !strings.Contains(d, "-j MASQUERADE\n") {
+		t.Errorf("mark or --random-fully not applied:\n%s", d)
+	}
+}
+
+// TestFakeRefuses: the Fake refuses what iptables-restore refuses, and a
+// refused table section changes nothing.
+func TestFakeRefuses(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name, input, want string
+	}{
+		{"jump to a missing chain", "*nat\n:WASP-A - [0:0]\n-A WASP-A -j WASP-B\nCOMMIT\n", `couldn't load target "WASP-B"`},
+		{"rule of a missing chain", "*nat\n-A WASP-B -j ACCEPT\nCOMMIT\n", "no such chain"},
+		{"delete a referenced chain", "*nat\n:WASP-A - [0:0]\n:WASP-B - [0:0]\n-A WASP-A -j WASP-B\n-X WASP-B\nCOMMIT\n", "too many links"},
+		{"delete a built-in chain", "*nat\n-X PREROUTING\nCOMMIT\n", "built-in"},
+		{"DNAT in filter", "*filter\n:WASP-A - [0:0]\n-A WASP-A -j DNAT --to-destination 10.0.0.1:80\nCOMMIT\n", "not valid in the filter table"},
+		{"unknown match", "*filter\n:WASP-A - [0:0]\n-A WASP-A -m bogus -j ACCEPT\nCOMMIT\n", `couldn't load match "bogus"`},
+		{"long chain name", "*filter\n:WASP-SVC-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA - [0:0]\nCOMMIT\n", "invalid chain name"},
+		{"no commit", "*filter\n:WASP-A - [0:0]\n", "no COMMIT"},
+		{"jump to a built-in chain", "*filter\n:WASP-A - [0:0]\n-A WASP-A -j INPUT\nCOMMIT\n", "built-in chain"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := NewFake()
+			before := f.Dump()
+			err := f.restore(ctx, []byte(tt.input))
+			var le *LineError
+			if !errors.As(err, &le) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want a line error with %q", err, tt.want)
+			}
+			if f.Dump() != before {
+				t.Errorf("a refused section changed the tables:\n%s", f.Dump())
+			}
+		})
+	}
+	t.Run("earlier sections stay committed", func(t *testing.T) {
+		f := NewFake()
+		err := f.restore(ctx, []byte("*nat\n:WASP-A - [0:0]\nCOMMIT\n*filter\n-A WASP-B -j ACCEPT\nCOMMIT\n"))
+		var le *LineError
+		if !errors.As(err, &le) || le.Line != 5 {
+			t.Fatalf("got %v, want a failure on line 5", err)
+		}
+		if !strings.Contains(f.Save(TableNAT), ":WASP-A - [0:0]") {
+			t.Error("the committed nat section was undone")
+		}
+	})
+	t.Run("a declaration flushes", func(t *testing.T) {
+		f := NewFake()
+		for _, in := range []string{"*nat\n:WASP-A - [0:0]\n-A WASP-A -j ACCEPT\nCOMMIT\n", "*nat\n:WASP-A - [0:0]\n-A WASP-A -j DROP\nCOMMIT\n"} {
+			if err := f.restore(ctx, []byte(in)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := f.Save(TableNAT); strings.Contains(got, "ACCEPT\n-A") || strings.Count(got, "-A WASP-A") != 1 {
+			t.Errorf("got\n%s", got)
+		}
+	})
+}
