@@ -10,18 +10,10 @@ import (
 	"testing"
 
 	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/backends/backendtest"
 )
 
-// Address plan of the tests (documentation and private ranges only):
-//
-//	ClusterIPs        10.96.0.0/16        fd00:10:96::/112
-//	pods              10.244.0.0/16       fd00:10:244::/56
-//	nodes, clients    198.51.100.0/24     2001:db8:100::/64
-//	LB VIPs           203.0.113.0/24      2001:db8:203::/64
-//	external IPs      192.0.2.0/24        2001:db8:192::/64
-//
-// The last byte of a ClusterIP repeats in its service's endpoints, VIPs
-// and node ports (10.96.0.15 → 10.244.1.15, 203.0.113.15, 30015).
+// The tests use backendtest's address plan.
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
@@ -30,28 +22,12 @@ var (
 	pfx = netip.MustParsePrefix
 )
 
-func ep(addr string, w uint32) backends.Endpoint {
-	return backends.Endpoint{Addr: ip(addr), Port: 8080, Weight: w}
-}
+func ep(addr string, w uint32) backends.Endpoint { return backendtest.Endpoint(ip(addr), w) }
 
 // svc returns a TCP service port "demo/<name>:http" on clusterIP:80 with
 // HasAnyEndpoints set when f gives it Cluster or Local endpoints.
 func svc(name, clusterIP string, f func(*backends.Service)) backends.Service {
-	fam := "IPv4"
-	if ip(clusterIP).Is6() {
-		fam = "IPv6"
-	}
-	s := backends.Service{
-		Key: "demo/" + name + ":http/TCP/" + fam, Namespace: "demo", Name: name, PortName: "http", Protocol: "TCP",
-		ClusterIP: ip(clusterIP), Port: 80,
-	}
-	if f != nil {
-		f(&s)
-	}
-	if len(s.Cluster) > 0 || len(s.Local) > 0 {
-		s.HasAnyEndpoints = true
-	}
-	return s
+	return backendtest.Service(name, ip(clusterIP), f)
 }
 
 // golden compares got with testdata/name, or rewrites it with -update.

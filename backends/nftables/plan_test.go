@@ -7,86 +7,16 @@ import (
 	"testing"
 
 	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/backends/backendtest"
 )
 
 // goldenState4 has one service port per behaviour the plan knows.
-func goldenState4() *backends.State {
-	return &backends.State{
-		Family:       backends.IPv4,
-		NodeIPs:      []netip.Addr{ip("198.51.100.11")},
-		ServiceCIDRs: []netip.Prefix{pfx("10.96.0.0/16")},
-		ClusterCIDRs: []netip.Prefix{pfx("10.244.0.0/16")},
-		Services: sortServices([]backends.Service{
-			svc("web", "10.96.0.10", func(s *backends.Service) {
-				s.Cluster = []backends.Endpoint{ep("10.244.1.10", 1), ep("10.244.2.10", 1)}
-			}),
-			svc("weighted", "10.96.0.11", func(s *backends.Service) {
-				s.Cluster = []backends.Endpoint{ep("10.244.1.11", 6), ep("10.244.2.11", 2)}
-			}),
-			svc("sticky", "10.96.0.12", func(s *backends.Service) {
-				s.AffinityTimeout = 10800
-				s.Cluster = []backends.Endpoint{ep("10.244.1.12", 1), ep("10.244.2.12", 1)}
-			}),
-			svc("empty", "10.96.0.13", func(s *backends.Service) {
-				s.NodePort = 30013
-				s.ExternalIPs = []netip.Addr{ip("192.0.2.13")}
-			}),
-			svc("node-local", "10.96.0.14", func(s *backends.Service) {
-				s.InternalPolicyLocal, s.HasAnyEndpoints = true, true
-				s.Cluster, s.Local = nil, []backends.Endpoint{}
-			}),
-			svc("lb", "10.96.0.15", func(s *backends.Service) {
-				s.NodePort, s.HealthCheckNodePort, s.ExternalPolicyLocal = 30015, 32015, true
-				s.ExternalIPs = []netip.Addr{ip("192.0.2.15")}
-				s.LoadBalancerVIPs = []netip.Addr{ip("203.0.113.15")}
-				s.LoadBalancerSourceRanges = []netip.Prefix{pfx("198.51.100.0/25"), pfx("192.0.2.0/24")}
-				s.Cluster = []backends.Endpoint{ep("10.244.1.15", 1), ep("10.244.2.15", 1)}
-				s.Local = []backends.Endpoint{ep("10.244.1.15", 1)}
-			}),
-			svc("lb-remote", "10.96.0.16", func(s *backends.Service) {
-				s.NodePort, s.ExternalPolicyLocal = 30016, true
-				s.LoadBalancerVIPs = []netip.Addr{ip("203.0.113.16")}
-				s.Cluster = []backends.Endpoint{ep("10.244.2.16", 1)}
-				s.Local = []backends.Endpoint{}
-			}),
-			{
-				Key: "demo/dns:dns/UDP/IPv4", Namespace: "demo", Name: "dns", PortName: "dns", Protocol: "UDP",
-				ClusterIP: ip("10.96.0.17"), Port: 53, HasAnyEndpoints: true,
-				Cluster: []backends.Endpoint{{Addr: ip("10.244.1.17"), Port: 53, Weight: 1}},
-			},
-		}),
-	}
-}
+func goldenState4() *backends.State { return backendtest.Golden4() }
 
 // goldenState6 is a smaller IPv6 state with NodePorts on two addresses.
-func goldenState6() *backends.State {
-	return &backends.State{
-		Family:            backends.IPv6,
-		NodePortAddresses: []netip.Addr{ip("2001:db8:100::11"), ip("::1")},
-		ServiceCIDRs:      []netip.Prefix{pfx("fd00:10:96::/112")},
-		ClusterCIDRs:      []netip.Prefix{pfx("fd00:10:244::/56")},
-		MasqueradeAll:     true,
-		Services: sortServices([]backends.Service{
-			svc("web", "fd00:10:96::10", func(s *backends.Service) {
-				s.NodePort = 30010
-				s.AffinityTimeout = 60
-				s.Cluster = []backends.Endpoint{ep("fd00:10:244:1::10", 2), ep("fd00:10:244:2::10", 1)}
-			}),
-			svc("empty", "fd00:10:96::13", nil),
-		}),
-	}
-}
+func goldenState6() *backends.State { return backendtest.Golden6() }
 
-func sortServices(ss []backends.Service) []backends.Service {
-	for i := range ss {
-		for j := i + 1; j < len(ss); j++ {
-			if ss[j].Key < ss[i].Key {
-				ss[i], ss[j] = ss[j], ss[i]
-			}
-		}
-	}
-	return ss
-}
+func sortServices(ss []backends.Service) []backends.Service { return backendtest.SortServices(ss) }
 
 func TestGolden(t *testing.T) {
 	tests := []struct {

@@ -5,82 +5,17 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/netip"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/backends/backendtest"
 )
 
-// transitionStates is a sequence of states that exercises every kind of
-// change: service ports added and removed, endpoints and weights changed,
-// policies toggled, affinity switched on and its timeout changed (its sets
-// redefined), NodePort addresses set and unset (nodeport-ips added and
-// deleted), Service CIDRs and masquerading changed, a multi-port Service
-// losing a port (its ClusterIP stays in cluster-ips), two Services
-// claiming one external IP.
-func transitionStates() []*backends.State {
-	base := func() *backends.State { return goldenState4() }
-	var out []*backends.State
-	add := func(f func(s *backends.State)) {
-		s := base()
-		if f != nil {
-			f(s)
-		}
-		s.Services = sortServices(s.Services)
-		out = append(out, s)
-	}
-	find := func(s *backends.State, name string) *backends.Service {
-		for i := range s.Services {
-			if s.Services[i].Name == name {
-				return &s.Services[i]
-			}
-		}
-		panic(name)
-	}
-	add(nil)
-	add(func(s *backends.State) { // endpoints and weights
-		find(s, "web").Cluster = []backends.Endpoint{ep("10.244.1.10", 1), ep("10.244.3.10", 5)}
-		find(s, "weighted").Cluster = []backends.Endpoint{ep("10.244.1.11", 1)}
-	})
-	add(func(s *backends.State) { // a service goes, one comes; affinity on
-		s.Services = slices.DeleteFunc(s.Services, func(v backends.Service) bool { return v.Name == "lb" })
-		s.Services = append(s.Services, svc("new", "10.96.0.30", func(v *backends.Service) {
-			v.Cluster = []backends.Endpoint{ep("10.244.2.30", 1)}
-		}))
-		find(s, "web").AffinityTimeout = 30
-	})
-	add(func(s *backends.State) { // affinity timeout changes; NodePort addresses
-		find(s, "sticky").AffinityTimeout = 60
-		s.NodePortAddresses = []netip.Addr{ip("198.51.100.11"), ip("198.51.100.0")}
-	})
-	add(func(s *backends.State) { // policies and no endpoints
-		find(s, "web").InternalPolicyLocal = true
-		find(s, "web").Local = []backends.Endpoint{ep("10.244.1.10", 1)}
-		find(s, "weighted").Cluster = nil
-		find(s, "weighted").HasAnyEndpoints = false
-		find(s, "lb").ExternalPolicyLocal = false
-	})
-	add(func(s *backends.State) { // state-wide changes
-		s.ServiceCIDRs = []netip.Prefix{pfx("10.96.0.0/12"), pfx("10.100.0.0/16")}
-		s.ClusterCIDRs = nil
-		s.MasqueradeAll = true
-		s.NodePortAddresses = []netip.Addr{ip("198.51.100.11")}
-	})
-	add(func(s *backends.State) { // a multi-port Service, and a shared external IP
-		web := *find(s, "web")
-		web.Key, web.PortName, web.Port = "demo/web:https/TCP/IPv4", "https", 443
-		web.ExternalIPs = []netip.Addr{ip("192.0.2.15")}
-		s.Services = append(s.Services, web)
-	})
-	add(func(s *backends.State) { // the multi-port Service loses its first port
-		web := find(s, "web")
-		web.Key, web.PortName, web.Port = "demo/web:https/TCP/IPv4", "https", 443
-	})
-	add(func(s *backends.State) { s.Services = nil })
-	return out
-}
+// transitionStates is backendtest's sequence of states exercising every
+// kind of change.
+func transitionStates() []*backends.State { return backendtest.Transitions() }
 
 func newFakeBackend(t testing.TB, f *Fake, family backends.Family) *Backend {
 	t.Helper()
