@@ -20,5 +20,7 @@
 // The echo protocol: a TCP server answers every line it receives with its
 // identity and a newline, for as long as the connection lasts; a UDP server
 // answers every datagram with its identity. Ask sends one request and
-// returns the identity that answered.
+// returns the identity that answered. A request "peer" is answered with
+// the identity, a space and the address the request came from, which
+// AskPeer returns: what a NAT on the way left of the client's address.
 package netlab

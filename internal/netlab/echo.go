@@ -87,7 +87,7 @@ func (s *echoServer) serveTCP() {
 			}()
 			r := bufio.NewScanner(c)
 			for r.Scan() {
-				if _, err := c.Write([]byte(s.identity + "\n")); err != nil {
+				if _, err := c.Write([]byte(s.answer(r.Text(), c.RemoteAddr()) + "\n")); err != nil {
 					return
 				}
 			}
@@ -99,12 +99,25 @@ func (s *echoServer) serveUDP() {
 	defer s.wg.Done()
 	buf := make([]byte, 2048)
 	for {
-		_, from, err := s.pc.ReadFrom(buf)
+		n, from, err := s.pc.ReadFrom(buf)
 		if err != nil {
 			return
 		}
-		_, _ = s.pc.WriteTo([]byte(s.identity), from)
+		_, _ = s.pc.WriteTo([]byte(s.answer(strings.TrimSpace(string(buf[:n])), from)), from)
 	}
+}
+
+// peerRequest asks an echo server for its identity and the address the
+// request came from (after any NAT on the way).
+const peerRequest = "peer"
+
+// answer is the server's answer to request from peer: its identity, and
+// with peerRequest the peer's address after a space.
+func (s *echoServer) answer(request string, peer net.Addr) string {
+	if request == peerRequest {
+		return s.identity + " " + peer.String()
+	}
+	return s.identity
 }
 
 func (s *echoServer) close() {
@@ -142,15 +155,41 @@ func (ns *NS) Ask(ctx context.Context, network, addr string) (string, error) {
 	return Request(ctx, c)
 }
 
+// AskPeer is Ask, returning also the source address the server saw the
+// request come from: the client's own, or the one a NAT on the way gave
+// it.
+func (ns *NS) AskPeer(ctx context.Context, network, addr string) (string, netip.AddrPort, error) {
+	c, err := ns.Dial(ctx, network, addr)
+	if err != nil {
+		return "", netip.AddrPort{}, err
+	}
+	defer c.Close()
+	answer, err := request(ctx, c, peerRequest)
+	if err != nil {
+		return "", netip.AddrPort{}, err
+	}
+	id, peer, _ := strings.Cut(answer, " ")
+	ap, err := netip.ParseAddrPort(peer)
+	if err != nil {
+		return "", netip.AddrPort{}, fmt.Errorf("netlab: echo answer %q: peer: %w", answer, err)
+	}
+	return id, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+}
+
 // Request sends one echo request on an open connection and returns the
 // identity that answered.
 func Request(ctx context.Context, c net.Conn) (string, error) {
+	return request(ctx, c, "who")
+}
+
+// request sends req on c and returns the first line of the answer.
+func request(ctx context.Context, c net.Conn, req string) (string, error) {
 	if d, ok := ctx.Deadline(); ok {
 		c.SetDeadline(d)
 	} else {
 		c.SetDeadline(time.Time{})
 	}
-	if _, err := c.Write([]byte("who\n")); err != nil {
+	if _, err := c.Write([]byte(req + "\n")); err != nil {
 		return "", err
 	}
 	buf := make([]byte, 512)

@@ -80,3 +80,28 @@ func TestCloseRemovesNamespaces(t *testing.T) {
 		}
 	}
 }
+
+// TestAskPeer: the echo server reports the address a request came from,
+// over TCP and UDP, in both families.
+func TestAskPeer(t *testing.T) {
+	lab := NewForTest(t)
+	c, err := BuildCluster(lab, ClusterSpec{Nodes: []NodeSpec{{Name: "node-a", Pods: []string{"web-1"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := c.Pod("web-1")
+	for _, network := range []string{"tcp", "udp"} {
+		for _, to := range []netip.Addr{pod.IPv4, pod.IPv6} {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			id, peer, err := c.Client.NS.AskPeer(ctx, network, netip.AddrPortFrom(to, 8080).String())
+			cancel()
+			want := c.Client.IPv4
+			if to.Is6() {
+				want = c.Client.IPv6
+			}
+			if err != nil || id != "web-1" || peer.Addr() != want || peer.Port() == 0 {
+				t.Errorf("%s to %s: got %q from %v, %v; want web-1 seeing %s", network, to, id, peer, err, want)
+			}
+		}
+	}
+}
