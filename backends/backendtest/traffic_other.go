@@ -1,0 +1,11 @@
+//go:build !linux
+
+package backendtest
+
+import "testing"
+
+// RunTraffic sends real packets through the backend in a network lab of
+// Linux namespaces; elsewhere it skips.
+func RunTraffic(t *testing.T, h Harness) {
+	t.Skip("traffic suite: needs Linux network namespaces")
+}
