@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/wasp-proxy/wasp/backends"
@@ -50,33 +49,7 @@ func golden(t *testing.T, name, got string) {
 }
 
 // lineDiff shows the lines only in want (-) and only in got (+).
-func lineDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	count := map[string]int{}
-	for _, l := range g {
-		count[l]++
-	}
-	var b strings.Builder
-	for _, l := range w {
-		if count[l] > 0 {
-			count[l]--
-			continue
-		}
-		b.WriteString("- " + l + "\n")
-	}
-	count = map[string]int{}
-	for _, l := range w {
-		count[l]++
-	}
-	for _, l := range g {
-		if count[l] > 0 {
-			count[l]--
-			continue
-		}
-		b.WriteString("+ " + l + "\n")
-	}
-	return b.String()
-}
+func lineDiff(want, got string) string { return backendtest.LineDiff(want, got) }
 
 // largeState returns n service ports with eps endpoints each.
 func largeState(n, eps int) *backends.State {

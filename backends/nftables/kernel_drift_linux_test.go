@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/backends/backendtest"
 	"github.com/wasp-proxy/wasp/internal/netlab"
 )
 
@@ -70,7 +71,7 @@ func TestKernelDrift(t *testing.T) {
 	// the elements, as the affinity set's count down.)
 	programmed := nftIn(t, node, "-t", "list", "table", "ip", DefaultTable)
 	// A client of the affinity service is added by a packet: no drift.
-	mustAsk(t, c.Client.NS, "tcp", cip11)
+	backendtest.MustAsk(t, c.Client.NS, "tcp", cip11)
 
 	webChain := newServiceNames(&s.Services[1]).cluster
 	if s.Services[1].Name != "web" {
@@ -167,7 +168,7 @@ func TestKernelDrift(t *testing.T) {
 			if d, err := b.CheckDrift(ctx); err != nil || d != nil {
 				t.Errorf("check after the repair: %+v, %v; want no drift", d, err)
 			}
-			if got := counts(t, c.Client.NS, "tcp", cip10, 30); got["a1"] == 0 || got["b1"] == 0 {
+			if got := backendtest.Counts(t, c.Client.NS, "tcp", cip10, 30); got["a1"] == 0 || got["b1"] == 0 {
 				t.Errorf("after the repair web answered %v, want both a1 and b1", got)
 			}
 		})

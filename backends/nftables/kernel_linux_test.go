@@ -5,10 +5,8 @@ package nftables
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/wasp-proxy/wasp/backends"
 	"github.com/wasp-proxy/wasp/internal/netlab"
@@ -80,22 +78,6 @@ func syncOK(t *testing.T, b *Backend, s *backends.State) {
 	if err := b.Sync(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func ask(t *testing.T, from *netlab.NS, network string, to netip.AddrPort) (string, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	return from.Ask(ctx, network, to.String())
-}
-
-func mustAsk(t *testing.T, from *netlab.NS, network string, to netip.AddrPort) string {
-	t.Helper()
-	id, err := ask(t, from, network, to)
-	if err != nil {
-		t.Fatalf("%s to %s: %v", network, to, err)
-	}
-	return id
 }
 
 func TestKernelGoldenLoads(t *testing.T) {

@@ -16,8 +16,6 @@ func goldenState4() *backends.State { return backendtest.Golden4() }
 // goldenState6 is a smaller IPv6 state with NodePorts on two addresses.
 func goldenState6() *backends.State { return backendtest.Golden6() }
 
-func sortServices(ss []backends.Service) []backends.Service { return backendtest.SortServices(ss) }
-
 func TestGolden(t *testing.T) {
 	tests := []struct {
 		name  string

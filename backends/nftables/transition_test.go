@@ -36,45 +36,28 @@ func fresh(t testing.TB, s *backends.State) string {
 	return f.Dump()
 }
 
-func TestTransitions(t *testing.T) {
-	states := transitionStates()
-	f := NewFake()
-	b := newFakeBackend(t, f, backends.IPv4)
-	for i, s := range states {
-		if err := b.Sync(context.Background(), s); err != nil {
-			t.Fatalf("state %d: %v", i, err)
-		}
-		if got, want := f.Dump(), fresh(t, s); got != want {
-			t.Fatalf("state %d differs from a fresh build:\n%s", i, lineDiff(want, got))
-		}
-	}
-	if b.stats.rebuilds != 1 || b.stats.failures != 0 {
-		t.Errorf("stats %+v, want one rebuild (the first Sync) and no failure", b.stats)
-	}
-}
+// TestTransitions runs backendtest's transition suite on the Fake: in
+// order and in random orders, each table equals a fresh build of its
+// state.
+func TestTransitions(t *testing.T) { backendtest.RunTransitions(t, harness()) }
 
-// TestTransitionsRandomOrder applies the states in random orders, with
-// repeats: each dump must equal a fresh build of its state.
-func TestTransitionsRandomOrder(t *testing.T) {
+// TestIdempotence runs backendtest's idempotence suite on the Fake: a
+// second Sync of a state sends no operation.
+func TestIdempotence(t *testing.T) { backendtest.RunIdempotence(t, harness()) }
+
+// TestTransitionsPlanIndex applies the transition states in random
+// orders: the planner's element index, updated from the previous plan's,
+// matches a fresh plan's.
+func TestTransitionsPlanIndex(t *testing.T) {
 	states := transitionStates()
-	want := make([]string, len(states))
-	for i, s := range states {
-		want[i] = fresh(t, s)
-	}
 	for seed := range uint64(20) {
 		r := rand.New(rand.NewPCG(seed, 1))
-		f := NewFake()
-		b := newFakeBackend(t, f, backends.IPv4)
+		b := newFakeBackend(t, NewFake(), backends.IPv4)
 		for step := range 3 * len(states) {
 			i := r.IntN(len(states))
 			if err := b.Sync(context.Background(), states[i]); err != nil {
 				t.Fatalf("seed %d step %d state %d: %v", seed, step, i, err)
 			}
-			if got := f.Dump(); got != want[i] {
-				t.Fatalf("seed %d step %d: state %d differs from a fresh build:\n%s", seed, step, i, lineDiff(want[i], got))
-			}
-			// The planner's element index, updated from the previous
-			// plan's, matches a fresh plan's.
 			if got, plan := b.programmed.Dump(), Plan(backends.IPv4, DefaultTable, DefaultMasqueradeBit, states[i]).Dump(); got != plan {
 				t.Fatalf("seed %d step %d: state %d: incremental plan differs from a fresh one:\n%s", seed, step, i, lineDiff(plan, got))
 			}
