@@ -16,8 +16,10 @@ import (
 // cluster (see netlab's address plan: node-a 198.51.100.11 with pods
 // 10.244.1.0/24, node-b 198.51.100.12 with pods 10.244.2.0/24, client
 // 198.51.100.200 routed through node-a) and send real packets through it.
-// Services use this package's plan: ClusterIPs in 10.96.0.0/16 and
-// fd00:10:96::/112.
+// Services use backendtest's plan, whose ClusterIPs are in 10.96.0.0/16
+// and fd00:10:96::/112. The scenarios every backend shares are
+// backendtest's suites (TestKernelTraffic, TestKernelTransitions,
+// TestKernelIdempotence); the tests here are nftables' own.
 
 // kernelCluster builds a two-node cluster with pods a1, a2 on node-a and
 // b1 on node-b, or skips the test with the reason it cannot.
