@@ -106,14 +106,14 @@ func newSuite(t *testing.T, h *Harness, name string) *suite {
 	return s
 }
 
-// run runs scenario parent/name as a subtest of t; parent is "" for a
-// scenario at the top of the suite.
+// run runs scenario parent/name of the suite as a subtest of t; parent
+// is the path below the suite, "" for a scenario at the top.
 func (s *suite) run(t *testing.T, parent, name string, f func(t *testing.T)) {
 	t.Helper()
-	if parent == "" {
-		parent = s.name
+	path := s.name + "/" + name
+	if parent != "" {
+		path = s.name + "/" + parent + "/" + name
 	}
-	path := parent + "/" + name
 	s.mu.Lock()
 	s.seen[path] = true
 	s.mu.Unlock()

@@ -44,7 +44,8 @@ const (
 // masquerades), Affinity (ClientIP, from the client and the node),
 // Incremental (endpoints changed one Sync at a time), Restart (a new
 // backend on the old one's dataplane keeps an established connection and
-// affinity), Cleanup, and IPv6.
+// affinity), Cleanup, and IPv6 (ClusterIP and NodePort over TCP and UDP,
+// no endpoints rejected, and the External scenarios as IPv6/External).
 func RunTraffic(t *testing.T, h Harness) {
 	s := newSuite(t, &h, "Traffic")
 	s.run(t, "", "ClusterIP", s.clusterIP)
@@ -299,59 +300,68 @@ func (s *suite) nodePort(t *testing.T) {
 // external: external IPs, VIPs with source ranges, and external traffic
 // policy Local, from the client routed through node-a.
 func (s *suite) external(t *testing.T) {
-	const f = backends.IPv4
 	l := s.cluster(t)
-	for _, p := range []netip.Prefix{VIPs4, External4} {
+	s.externalIn(t, l, l.backend(t, backends.IPv4), backends.IPv4, "External")
+}
+
+// externalIn runs the External scenarios under parent, with b, a backend
+// of family f, on node-a of l.
+func (s *suite) externalIn(t *testing.T, l *lab, b backends.Backend, f backends.Family, parent string) {
+	t.Helper()
+	vips, externals, lan, client := VIPs4, External4, LAN4, l.Client.IPv4
+	if f == backends.IPv6 {
+		vips, externals, lan, client = VIPs6, External6, LAN6, l.Client.IPv6
+	}
+	for _, p := range []netip.Prefix{vips, externals} {
 		if err := l.node.NS.AddRoute(p, netip.Addr{}, "eth0"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	both := Endpoints(l.ep("a1", f, 1), l.ep("b1", f, 1))
-	b := l.backend(t, f)
 	syncOK(t, b, State(f,
 		Service("ext", ClusterIP(f, 20), ExternalIPs(ExternalIP(f, 20)), both),
-		Service("lb-allowed", ClusterIP(f, 21), VIPs(VIP(f, 21)), SourceRanges(LAN4), both),
-		Service("lb-denied", ClusterIP(f, 22), VIPs(VIP(f, 22)), SourceRanges(External4), both),
+		Service("lb-allowed", ClusterIP(f, 21), VIPs(VIP(f, 21)), SourceRanges(lan), both),
+		Service("lb-denied", ClusterIP(f, 22), VIPs(VIP(f, 22)), SourceRanges(externals), both),
 		Service("lb-local", ClusterIP(f, 23), ExternalLocal(), VIPs(VIP(f, 23)), both, Local(l.ep("a1", f, 1))),
 		Service("lb-none-local", ClusterIP(f, 24), ExternalLocal(), VIPs(VIP(f, 24)),
 			Endpoints(l.ep("b1", f, 1)), Local()),
 	))
-	s.run(t, "External", "external IP", func(t *testing.T) {
+	s.run(t, parent, "external IP", func(t *testing.T) {
 		if got := Counts(t, l.Client.NS, "tcp", at(ExternalIP(f, 20)), 30); got["a1"] == 0 || got["b1"] == 0 {
 			t.Errorf("answers %v, want both pods", got)
 		}
 	})
-	s.run(t, "External", "source in the ranges", func(t *testing.T) {
+	s.run(t, parent, "source in the ranges", func(t *testing.T) {
 		MustAsk(t, l.Client.NS, "tcp", at(VIP(f, 21)))
 	})
-	s.run(t, "External", "source outside the ranges: dropped", func(t *testing.T) {
+	s.run(t, parent, "source outside the ranges: dropped", func(t *testing.T) {
 		expectDropped(t, l.Client.NS, "tcp", at(VIP(f, 22)))
 	})
-	s.run(t, "External", "eTP Local: local endpoint only", func(t *testing.T) {
+	s.run(t, parent, "eTP Local: local endpoint only", func(t *testing.T) {
 		if got := Counts(t, l.Client.NS, "tcp", at(VIP(f, 23)), 20); got["a1"] != 20 {
 			t.Errorf("answers %v, want only a1", got)
 		}
 	})
-	s.run(t, "External", "eTP Local: client address preserved", func(t *testing.T) {
+	s.run(t, parent, "eTP Local: client address preserved", func(t *testing.T) {
 		id, peer, err := askPeer(l.Client.NS, "tcp", at(VIP(f, 23)))
-		if err != nil || id != "a1" || peer.Addr() != l.Client.IPv4 {
-			t.Errorf("got %q from %v, %v; want a1 seeing the client %s", id, peer, err, l.Client.IPv4)
+		if err != nil || id != "a1" || peer.Addr() != client {
+			t.Errorf("got %q from %v, %v; want a1 seeing the client %s", id, peer, err, client)
 		}
 	})
-	s.run(t, "External", "eTP Cluster: client address masqueraded", func(t *testing.T) {
+	s.run(t, parent, "eTP Cluster: client address masqueraded", func(t *testing.T) {
 		// Policy Cluster may send the connection to another node, whose
 		// answer must come back through this one.
 		for range 10 {
 			id, peer, err := askPeer(l.Client.NS, "tcp", at(ExternalIP(f, 20)))
-			if err != nil || peer.Addr() == l.Client.IPv4 {
+			if err != nil || peer.Addr() == client {
 				t.Fatalf("got %q from %v, %v; want an answer seeing a node address, not the client's", id, peer, err)
 			}
 		}
 	})
-	s.run(t, "External", "eTP Local, none local: dropped", func(t *testing.T) {
+	s.run(t, parent, "eTP Local, none local: dropped", func(t *testing.T) {
 		expectDropped(t, l.Client.NS, "tcp", at(VIP(f, 24)))
 	})
-	s.run(t, "External", "eTP Local, none local: pods short-circuit", func(t *testing.T) {
+	s.run(t, parent, "eTP Local, none local: pods short-circuit", func(t *testing.T) {
 		if got := MustAsk(t, l.Pod("a2").NS, "tcp", at(VIP(f, 24))); got != "b1" {
 			t.Errorf("answer %q, want b1", got)
 		}
@@ -525,4 +535,5 @@ func (s *suite) ipv6(t *testing.T) {
 	s.run(t, "IPv6", "no endpoints: rejected", func(t *testing.T) {
 		expectRefused(t, l.Client.NS, "tcp", at(ClusterIP(f, 13)))
 	})
+	s.run(t, "IPv6", "External", func(t *testing.T) { s.externalIn(t, l, b, f, "IPv6/External") })
 }
