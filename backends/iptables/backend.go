@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/backends/iptables/xtables"
 )
 
 // ErrInvalidState is wrapped by the error Sync returns for a State the
@@ -35,7 +36,7 @@ var ErrRestore = errors.New("iptables-restore failed")
 
 // ErrPartialRestore is wrapped, besides ErrRestore, when the failed
 // restore was a partial sync (upstream counts those apart).
-var ErrPartialRestore = errors.New("partial iptables-restore failed")
+var ErrPartialRestore = errors.New("partial sync")
 
 // DefaultMasqueradeBit is the bit of the packet mark that asks for
 // masquerading when Opts.MasqueradeBit is 0: mark 0x4000, as upstream.
@@ -64,9 +65,10 @@ type Opts struct {
 	// TCPBeLiberal says that the node's nf_conntrack_tcp_be_liberal is
 	// set, so conntrack INVALID packets are not dropped. Optional.
 	TCPBeLiberal bool
-	// Variant is the iptables variant to use, "nft" or "legacy".
-	// Optional: "" detects the one the node uses (New only).
-	Variant string
+	// Variant is the iptables variant to use, xtables.NFT or
+	// xtables.Legacy. Optional: "" detects the one the node uses
+	// (xtables.Detect; New only).
+	Variant xtables.Variant
 	// FullSyncPeriod is how often a Sync rewrites every chain rather
 	// than the changed ones. Optional: 0 means DefaultFullSyncPeriod.
 	FullSyncPeriod time.Duration
@@ -207,7 +209,7 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 		if full {
 			return fmt.Errorf("iptables %s: full sync: %w: %w", b.cfg.family.String(), ErrRestore, err)
 		}
-		return fmt.Errorf("iptables %s: partial sync: %w: %w: %w", b.cfg.family.String(), ErrRestore, ErrPartialRestore, err)
+		return fmt.Errorf("iptables %s: %w: %w: %w", b.cfg.family.String(), ErrPartialRestore, ErrRestore, err)
 	}
 	b.last = rs
 	if full {
@@ -353,20 +355,17 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 		return ErrClosed
 	}
 	b.last = nil
-	return cleanup(ctx, b.k, b.cfg.family.String())
+	return cleanup(ctx, b.k, b.cfg.family.String(), TableNAT, TableFilter)
 }
 
 // cleanup removes the jumps (those of every configuration) and the
-// chains of wasp's from k.
-func cleanup(ctx context.Context, k kernel, what string) error {
+// chains of wasp's from tables of k. A table without a chain of wasp's
+// has no jump to one either, and is left untouched: not even read by a
+// single-rule call, which would load a legacy table that is not there.
+func cleanup(ctx context.Context, k kernel, what string, tables ...string) error {
 	all := config{family: backends.IPv4, localhostNodePorts: true}
-	for _, j := range all.jumps() {
-		if err := k.deleteRule(ctx, j.table, j.from, j.args()...); err != nil {
-			return fmt.Errorf("iptables %s: delete jump from %s to %s in table %s: %w", what, j.from, j.to, j.table, err)
-		}
-	}
 	var in strings.Builder
-	for _, table := range []string{TableFilter, TableNAT} {
+	for _, table := range tables {
 		out, err := k.save(ctx, table)
 		if err != nil {
 			return fmt.Errorf("iptables %s: save table %s: %w", what, table, err)
@@ -377,9 +376,18 @@ func cleanup(ctx context.Context, k kernel, what string) error {
 				ours = append(ours, name)
 			}
 		}
-		if len(ours) > 0 {
-			writeTable(&in, table, nil, nil, ours)
+		if len(ours) == 0 {
+			continue
 		}
+		for _, j := range all.jumps() {
+			if j.table != table {
+				continue
+			}
+			if err := k.deleteRule(ctx, j.table, j.from, j.args()...); err != nil {
+				return fmt.Errorf("iptables %s: delete jump from %s to %s in table %s: %w", what, j.from, j.to, j.table, err)
+			}
+		}
+		writeTable(&in, table, nil, nil, ours)
 	}
 	if in.Len() == 0 {
 		return nil

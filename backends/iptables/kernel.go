@@ -3,6 +3,7 @@ package iptables
 import (
 	"context"
 	"fmt"
+	"strings"
 )
 
 // kernel is the seam between the Backend and what it programs: the
@@ -39,7 +40,11 @@ type LineError struct {
 }
 
 func (e *LineError) Error() string {
-	return fmt.Sprintf("line %d %q: %v", e.Line, e.Text, e.Err)
+	msg := e.Err.Error()
+	if strings.Contains(msg, e.Text) { // the binary's error names it already
+		return msg
+	}
+	return fmt.Sprintf("line %d %q: %s", e.Line, e.Text, msg)
 }
 
 func (e *LineError) Unwrap() error { return e.Err }

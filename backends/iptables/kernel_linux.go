@@ -1,0 +1,182 @@
+//go:build linux
+
+package iptables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/backends/iptables/xtables"
+	"github.com/wasp-proxy/wasp/internal/nsthread"
+)
+
+// xtKernel programs the node through the binaries of one iptables
+// variant and family.
+type xtKernel struct {
+	r     *xtables.Runner
+	netns string
+}
+
+var _ kernel = (*xtKernel)(nil)
+
+func (k *xtKernel) restore(ctx context.Context, input []byte) error {
+	err := k.r.Restore(ctx, input)
+	var re *xtables.RestoreError
+	if errors.As(err, &re) && re.Line > 0 {
+		return &LineError{Line: re.Line, Text: re.Text, Err: err}
+	}
+	return err
+}
+
+func (k *xtKernel) save(ctx context.Context, table string) ([]byte, error) {
+	return k.r.Save(ctx, table)
+}
+
+func (k *xtKernel) ensureChain(ctx context.Context, table, chain string) error {
+	return k.r.EnsureChain(ctx, table, chain)
+}
+
+func (k *xtKernel) ensureRule(ctx context.Context, table, chain string, args ...string) (bool, error) {
+	return k.r.EnsureRule(ctx, table, chain, args...)
+}
+
+func (k *xtKernel) deleteRule(ctx context.Context, table, chain string, args ...string) error {
+	return k.r.DeleteRule(ctx, table, chain, args...)
+}
+
+func (k *xtKernel) hasRandomFully() bool { return k.r.HasRandomFully() }
+
+func (k *xtKernel) routeLocalnet(ctx context.Context) error {
+	if v, err := xtables.ReadSysctl(k.netns, xtables.SysctlRouteLocalnet); err == nil && strings.TrimSpace(v) == "1" {
+		return nil
+	}
+	klog.FromContext(ctx).Info("Setting route_localnet=1 to allow NodePorts on localhost", "sysctl", xtables.SysctlRouteLocalnet)
+	return xtables.SetSysctl(k.netns, xtables.SysctlRouteLocalnet, "1")
+}
+
+func (k *xtKernel) close() error { return nil }
+
+// New returns a Backend that programs the node's iptables (of the
+// network namespace Opts.NetNS) with the binaries of Opts.Variant, or of
+// the variant the node uses (xtables.Detect) when it is "". A missing
+// binary fails with an error naming it and the package to install. It
+// touches nothing until the first Sync, a full one, which reconciles the
+// chains a previous process left without flushing them first.
+func New(ctx context.Context, o Opts) (*Backend, error) {
+	if _, err := o.config(); err != nil {
+		return nil, err
+	}
+	v := o.Variant
+	if v == "" {
+		var (
+			reason string
+			err    error
+		)
+		if v, reason, err = xtables.Detect(ctx, o.NetNS); err != nil {
+			return nil, fmt.Errorf("iptables %s: detect the variant: %w", o.Family.String(), err)
+		}
+		klog.FromContext(ctx).Info("Detected the iptables variant", "ipFamily", o.Family.String(), "variant", v, "reason", reason)
+	}
+	r, err := xtables.New(v, o.Family, o.NetNS)
+	if err != nil {
+		return nil, fmt.Errorf("iptables %s: %w", o.Family.String(), err)
+	}
+	return newBackend(o, &xtKernel{r: r, netns: o.NetNS})
+}
+
+// CleanupLeftovers removes the chains of wasp's and the jumps to them
+// from the filter and nat tables of both variants and both families, in
+// the network namespace at netns ("" for the current one), whatever
+// options a previous process ran with. A variant whose binaries are
+// missing is skipped, and so is a legacy table that is not loaded (it has
+// nothing of wasp's, and reading it would load it). Every failure is
+// returned, joined.
+func CleanupLeftovers(ctx context.Context, netns string) error {
+	var errs []error
+	for _, v := range []xtables.Variant{xtables.NFT, xtables.Legacy} {
+		for _, family := range []backends.Family{backends.IPv4, backends.IPv6} {
+			r, err := xtables.New(v, family, netns)
+			if errors.Is(err, xtables.ErrNotInstalled) {
+				continue
+			}
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			tables := []string{TableNAT, TableFilter}
+			if v == xtables.Legacy {
+				if tables, err = legacyTables(netns, family); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+			}
+			what := string(v) + " " + family.String()
+			if err := cleanup(ctx, &xtKernel{r: r, netns: netns}, what, tables...); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// legacyTables returns which of the nat and filter tables of the legacy
+// variant of family are loaded in the network namespace at netns.
+func legacyTables(netns string, family backends.Family) ([]string, error) {
+	file := "/proc/thread-self/net/ip_tables_names"
+	if family == backends.IPv6 {
+		file = "/proc/thread-self/net/ip6_tables_names"
+	}
+	var names []byte
+	err := nsthread.Do(netns, func() error {
+		var err error
+		names, err = os.ReadFile(file)
+		if errors.Is(err, os.ErrNotExist) { // the module is not loaded
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("iptables legacy %s: list the loaded tables: %w", family.String(), err)
+	}
+	loaded := strings.Fields(string(names))
+	var out []string
+	for _, t := range []string{TableNAT, TableFilter} {
+		if slices.Contains(loaded, t) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// Probe checks that the iptables backend can run in the network
+// namespace at netns: the binaries of a variant are installed, the
+// variant the node uses is detected, and the nat table of at least one
+// family can be read (a node may lack IPv6 nat; the Backend of a family
+// without it fails its first Sync with the binary's message). The error
+// says what is missing.
+func Probe(ctx context.Context, netns string) error {
+	v, _, err := xtables.Detect(ctx, netns)
+	if err != nil {
+		return fmt.Errorf("iptables: detect the variant: %w", err)
+	}
+	var errs []error
+	for _, family := range []backends.Family{backends.IPv4, backends.IPv6} {
+		r, err := xtables.New(v, family, netns)
+		if err != nil {
+			return fmt.Errorf("iptables %s: %w", family.String(), err)
+		}
+		if _, err := r.Save(ctx, TableNAT); err != nil {
+			errs = append(errs, fmt.Errorf("iptables %s %s: the nat table is not usable: %w", v, family.String(), err))
+			continue
+		}
+		return nil
+	}
+	return errors.Join(errs...)
+}

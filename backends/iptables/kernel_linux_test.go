@@ -1,0 +1,563 @@
+//go:build linux
+
+package iptables
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/backends/iptables/xtables"
+	"github.com/wasp-proxy/wasp/internal/netlab"
+)
+
+// Kernel tests program real iptables, with iptables-legacy and with
+// iptables-nft (each test runs once per variant), in a node of a netlab
+// cluster (netlab's address plan: node-a 198.51.100.11 with pods
+// 10.244.1.0/24, node-b 198.51.100.12 with pods 10.244.2.0/24, client
+// 198.51.100.200 routed through node-a) and send real packets through
+// it. They skip with the reason in -short mode, without root, or when a
+// variant's binaries are missing.
+
+// eachVariant runs f for both variants as subtests, each on a cluster of
+// its own.
+func eachVariant(t *testing.T, f func(t *testing.T, v xtables.Variant, c *netlab.Cluster)) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("kernel test: skipped in -short mode")
+	}
+	for _, v := range []xtables.Variant{xtables.Legacy, xtables.NFT} {
+		t.Run(string(v), func(t *testing.T) {
+			f(t, v, kernelCluster(t, v))
+		})
+	}
+}
+
+// kernelCluster builds a two-node cluster with pods a1, a2 on node-a and
+// b1 on node-b, or skips the test with the reason it cannot.
+func kernelCluster(t *testing.T, v xtables.Variant) *netlab.Cluster {
+	t.Helper()
+	if err := netlab.Probe(); err != nil {
+		t.Skipf("kernel test: %v", err)
+	}
+	lab := netlab.NewForTest(t)
+	c, err := netlab.BuildCluster(lab, netlab.ClusterSpec{Nodes: []netlab.NodeSpec{
+		{Name: "node-a", Pods: []string{"a1", "a2"}},
+		{Name: "node-b", Pods: []string{"b1"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := xtables.New(v, backends.IPv4, c.Nodes[0].NS.Path())
+	if err != nil {
+		t.Skipf("kernel test: iptables %s: %v", v, err)
+	}
+	if _, err := r.Save(context.Background(), TableNAT); err != nil {
+		t.Skipf("kernel test: iptables %s has no usable nat table: %v", v, err)
+	}
+	return c
+}
+
+// nodeBackend returns a Backend programming node's namespace with v.
+func nodeBackend(t *testing.T, n *netlab.Node, v xtables.Variant, family backends.Family) *Backend {
+	t.Helper()
+	b, err := New(context.Background(), Opts{Family: family, NetNS: n.NS.Path(), Variant: v, LocalhostNodePorts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func syncOK(t *testing.T, b *Backend, s *backends.State) {
+	t.Helper()
+	if err := b.Sync(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// podEP is the endpoint of pod p's echo server in family.
+func podEP(p *netlab.Pod, family backends.Family, w uint32) backends.Endpoint {
+	a := p.IPv4
+	if family == backends.IPv6 {
+		a = p.IPv6
+	}
+	return backends.Endpoint{Addr: a, Port: 8080, Weight: w}
+}
+
+// clusterState returns an IPv4 State with the cluster's pod range and
+// the given service ports.
+func clusterState(c *netlab.Cluster, svcs ...backends.Service) *backends.State {
+	return &backends.State{
+		Family:       backends.IPv4,
+		NodeIPs:      []netip.Addr{c.Nodes[0].IPv4},
+		ServiceCIDRs: []netip.Prefix{pfx("10.96.0.0/16")},
+		ClusterCIDRs: []netip.Prefix{pfx("10.244.0.0/16")},
+		Services:     sortServices(svcs),
+	}
+}
+
+// udpService returns the UDP twin of TCP service port s.
+func udpService(s backends.Service) backends.Service {
+	s.Protocol = backends.UDP
+	s.Key = s.Namespace + "/" + s.Name + ":" + s.PortName + "/UDP/IPv4"
+	return s
+}
+
+var (
+	cip10 = netip.MustParseAddrPort("10.96.0.10:80")
+	cip11 = netip.MustParseAddrPort("10.96.0.11:80")
+)
+
+func ask(from *netlab.NS, network string, to netip.AddrPort, timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return from.Ask(ctx, network, to.String())
+}
+
+// counts asks n times and counts the answers.
+func counts(t *testing.T, from *netlab.NS, network string, to netip.AddrPort, n int) map[string]int {
+	t.Helper()
+	m := map[string]int{}
+	for range n {
+		id, err := ask(from, network, to, 2*time.Second)
+		if err != nil {
+			t.Fatalf("%s to %s: %v", network, to, err)
+		}
+		m[id]++
+	}
+	return m
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded)
+}
+
+// savedChains returns the chains of table in node's iptables of v.
+func savedChains(t *testing.T, n *netlab.Node, v xtables.Variant, table string) []string {
+	t.Helper()
+	r, err := xtables.New(v, backends.IPv4, n.NS.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.Save(context.Background(), table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return chainNames(out)
+}
+
+// TestKernelGoldenLoads: the golden states' restores are accepted by both
+// variants, IPv4 and IPv6, leave the chains the Fake has, and a second
+// Sync of the same state writes no service chain.
+func TestKernelGoldenLoads(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		for _, s := range []*backends.State{goldenState4(), goldenState6()} {
+			b := nodeBackend(t, c.Nodes[0], v, s.Family)
+			if err := b.Sync(context.Background(), s); err != nil {
+				t.Fatalf("%s: %v", s.Family, err)
+			}
+			syncOK(t, b, s)
+			if b.stats.written != 0 || b.LastSync().Full {
+				t.Errorf("%s: the second sync wrote %d service chains, full %v", s.Family, b.stats.written, b.LastSync().Full)
+			}
+			r, err := xtables.New(v, s.Family, c.Nodes[0].NS.Path())
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := syncedFake(t, Opts{Family: s.Family, LocalhostNodePorts: true}, s)
+			for _, table := range []string{TableNAT, TableFilter} {
+				out, err := r.Save(context.Background(), table)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, want := ours(chainNames(out)), ours(chainNames([]byte(f.Save(table))))
+				if !slices.Equal(got, want) {
+					t.Errorf("%s %s: chains %v, the fake has %v", s.Family, table, got, want)
+				}
+				if n := strings.Count(string(out), "\n-A "+Prefix); n != b.LastSync().Rules[table] {
+					t.Errorf("%s %s: %d rules in wasp's chains, LastSync says %d", s.Family, table, n, b.LastSync().Rules[table])
+				}
+			}
+		}
+	})
+}
+
+// ours returns the sorted chains of wasp's in names.
+func ours(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if strings.HasPrefix(n, Prefix) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestKernelClusterIP(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		a1, b1 := c.Pod("a1"), c.Pod("b1")
+		web := svc("web", "10.96.0.10", func(s *backends.Service) {
+			s.Cluster = []backends.Endpoint{podEP(a1, backends.IPv4, 1), podEP(b1, backends.IPv4, 1)}
+		})
+		b := nodeBackend(t, c.Nodes[0], v, backends.IPv4)
+		syncOK(t, b, clusterState(c, web, udpService(web)))
+		for _, tt := range []struct {
+			name    string
+			from    *netlab.NS
+			network string
+		}{
+			{"client tcp", c.Client.NS, "tcp"},
+			{"client udp", c.Client.NS, "udp"},
+			{"node tcp", c.Nodes[0].NS, "tcp"},
+			{"node udp", c.Nodes[0].NS, "udp"},
+			{"pod tcp", c.Pod("a2").NS, "tcp"},
+			{"pod udp", c.Pod("a2").NS, "udp"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				// Each pod answers with probability 1/2: missing one
+				// of them in 30 tries happens once in 2^29.
+				if got := counts(t, tt.from, tt.network, cip10, 30); got["a1"] == 0 || got["b1"] == 0 || len(got) != 2 {
+					t.Errorf("answers %v, want both a1 and b1", got)
+				}
+			})
+		}
+	})
+}
+
+// TestKernelHairpin: a pod reaching itself through its service is
+// masqueraded (else its answer would go to itself, not back through the
+// node), so it answers; so does the pod's neighbour. The pod's bridge
+// port needs hairpin mode, as kubelet's hairpin-veth sets it: with
+// bridge-nf-call-iptables, the DNATed packet is bridged back out of the
+// port it came in by.
+func TestKernelHairpin(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		a1 := c.Pod("a1")
+		if out, err := c.Nodes[0].NS.Command(context.Background(), "ip", "link", "set", "vp1", "type", "bridge_slave", "hairpin", "on").CombinedOutput(); err != nil {
+			t.Fatalf("hairpin mode on a1's port: %v: %s", err, out)
+		}
+		b := nodeBackend(t, c.Nodes[0], v, backends.IPv4)
+		web := svc("web", "10.96.0.10", func(s *backends.Service) { s.Cluster = []backends.Endpoint{podEP(a1, backends.IPv4, 1)} })
+		syncOK(t, b, clusterState(c, web, udpService(web)))
+		for _, from := range []*netlab.Pod{a1, c.Pod("a2")} {
+			for _, network := range []string{"tcp", "udp"} {
+				if got := counts(t, from.NS, network, cip10, 3); got["a1"] != 3 {
+					t.Errorf("%s from %s: answers %v, want a1", network, from.Name, got)
+				}
+			}
+		}
+	})
+}
+
+// TestKernelWeighted: weights 3:1 over 400 connections. The count of the
+// weight-1 pod is binomial(400, 0.25): mean 100, standard deviation 8.7;
+// the test accepts 100 ± 5σ (57..143), which fails by chance about once
+// in 1.7 million runs.
+func TestKernelWeighted(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		a1, b1 := c.Pod("a1"), c.Pod("b1")
+		b := nodeBackend(t, c.Nodes[0], v, backends.IPv4)
+		syncOK(t, b, clusterState(c, svc("weighted", "10.96.0.11", func(s *backends.Service) {
+			s.Cluster = []backends.Endpoint{podEP(a1, backends.IPv4, 3), podEP(b1, backends.IPv4, 1)}
+		})))
+		const n = 400
+		got := counts(t, c.Client.NS, "tcp", cip11, n)
+		mean, sd := n*0.25, math.Sqrt(n*0.25*0.75)
+		if d := math.Abs(float64(got["b1"]) - mean); d > 5*sd || got["a1"]+got["b1"] != n {
+			t.Errorf("answers %v: b1 %.1fσ from its mean %.0f", got, d/sd, mean)
+		}
+		t.Logf("answers %v", got)
+	})
+}
+
+func TestKernelNodePort(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		a1, b1 := c.Pod("a1"), c.Pod("b1")
+		web := svc("web", "10.96.0.10", func(s *backends.Service) {
+			s.NodePort = 30080
+			s.Cluster = []backends.Endpoint{podEP(a1, backends.IPv4, 1), podEP(b1, backends.IPv4, 1)}
+		})
+		b := nodeBackend(t, c.Nodes[0], v, backends.IPv4)
+		to := netip.AddrPortFrom(c.Nodes[0].IPv4, 30080)
+		for _, tt := range []struct {
+			name      string
+			addresses []netip.Addr
+		}{
+			{"every local address", nil},
+			{"the node address", []netip.Addr{c.Nodes[0].IPv4}},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				s := clusterState(c, web, udpService(web))
+				s.NodePortAddresses = tt.addresses
+				syncOK(t, b, s)
+				for _, network := range []string{"tcp", "udp"} {
+					if got := counts(t, c.Client.NS, network, to, 30); got["a1"] == 0 || got["b1"] == 0 {
+						t.Errorf("%s: answers %v, want both a1 and b1", network, got)
+					}
+				}
+			})
+		}
+		t.Run("localhost", func(t *testing.T) {
+			syncOK(t, b, clusterState(c, web))
+			got := counts(t, c.Nodes[0].NS, "tcp", netip.MustParseAddrPort("127.0.0.1:30080"), 20)
+			if got["a1"] == 0 || got["b1"] == 0 {
+				t.Errorf("answers %v, want both a1 and b1", got)
+			}
+		})
+		t.Run("not on another address", func(t *testing.T) {
+			s := clusterState(c, web)
+			s.NodePortAddresses = []netip.Addr{netip.MustParseAddr("198.51.100.99")}
+			syncOK(t, b, s)
+			if id, err := ask(c.Client.NS, "tcp", to, time.Second); err == nil {
+				t.Errorf("NodePort answered %q on an address not in NodePortAddresses", id)
+			}
+		})
+	})
+}
+
+func TestKernelNoEndpoints(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		a1 := c.Pod("a1")
+		b := nodeBackend(t, c.Nodes[0], v, backends.IPv4)
+		syncOK(t, b, clusterState(c,
+			svc("empty", "10.96.0.13", func(s *backends.Service) { s.NodePort = 30013 }),
+			// Internal traffic policy Local; the only endpoint is on node-b.
+			svc("node-local", "10.96.0.14", func(s *backends.Service) {
+				s.InternalPolicyLocal = true
+				s.Cluster = []backends.Endpoint{podEP(c.Pod("b1"), backends.IPv4, 1)}
+				s.Local = []backends.Endpoint{}
+			}),
+			svc("sanity", "10.96.0.10", func(s *backends.Service) {
+				s.Cluster = []backends.Endpoint{podEP(a1, backends.IPv4, 1)}
+			}),
+		))
+		for _, tt := range []struct {
+			name     string
+			from     *netlab.NS
+			to       netip.AddrPort
+			refused  bool // else: dropped
+			answered string
+		}{
+			{"client to no endpoints: rejected", c.Client.NS, netip.MustParseAddrPort("10.96.0.13:80"), true, ""},
+			{"node to no endpoints: rejected", c.Nodes[0].NS, netip.MustParseAddrPort("10.96.0.13:80"), true, ""},
+			{"client to NodePort with no endpoints: rejected", c.Client.NS, netip.AddrPortFrom(c.Nodes[0].IPv4, 30013), true, ""},
+			{"client to iTP Local with none local: dropped", c.Client.NS, netip.MustParseAddrPort("10.96.0.14:80"), false, ""},
+			{"node to iTP Local with none local: dropped", c.Nodes[0].NS, netip.MustParseAddrPort("10.96.0.14:80"), false, ""},
+			{"client to a service with endpoints", c.Client.NS, cip10, false, "a1"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				id, err := ask(tt.from, "tcp", tt.to, 700*time.Millisecond)
+				switch {
+				case tt.answered != "":
+					if err != nil || id != tt.answered {
+						t.Errorf("got %q, %v; want %q", id, err, tt.answered)
+					}
+				case tt.refused && !errors.Is(err, syscall.ECONNREFUSED):
+					t.Errorf("got %q, %v; want connection refused", id, err)
+				case !tt.refused && !isTimeout(err):
+					t.Errorf("got %q, %v; want a timeout", id, err)
+				}
+			})
+		}
+	})
+}
+
+func TestKernelAffinity(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		a1, b1 := c.Pod("a1"), c.Pod("b1")
+		b := nodeBackend(t, c.Nodes[0], v, backends.IPv4)
+		syncOK(t, b, clusterState(c, svc("sticky", "10.96.0.10", func(s *backends.Service) {
+			s.AffinityTimeout = 600
+			s.Cluster = []backends.Endpoint{podEP(a1, backends.IPv4, 1), podEP(b1, backends.IPv4, 1)}
+		})))
+		if got := counts(t, c.Client.NS, "tcp", cip10, 20); len(got) != 1 {
+			t.Errorf("answers %v, want all from one pod", got)
+		}
+		if got := counts(t, c.Nodes[0].NS, "tcp", cip10, 20); len(got) != 1 {
+			t.Errorf("from the node: answers %v, want all from one pod", got)
+		}
+	})
+}
+
+// TestKernelPartialAndStale: endpoint changes are partial syncs that
+// rewrite only the changed chains; a service port that leaves has its
+// chains deleted in the same restore.
+func TestKernelPartialAndStale(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		a1, a2, b1 := c.Pod("a1"), c.Pod("a2"), c.Pod("b1")
+		b := nodeBackend(t, c.Nodes[0], v, backends.IPv4)
+		other := svc("other", "10.96.0.20", func(s *backends.Service) {
+			s.NodePort = 30020
+			s.Cluster = []backends.Endpoint{podEP(b1, backends.IPv4, 1)}
+		})
+		otherChains := newServiceChains(&other)
+		for i, st := range []struct {
+			eps       []*netlab.Pod
+			withOther bool
+			want      string
+		}{
+			{[]*netlab.Pod{a1}, true, "a1"},
+			{[]*netlab.Pod{b1}, true, "b1"},
+			{[]*netlab.Pod{a2}, false, "a2"},
+			{nil, false, ""}, // no endpoints: refused
+			{[]*netlab.Pod{a1}, true, "a1"},
+		} {
+			web := svc("web", "10.96.0.10", func(s *backends.Service) {
+				s.NodePort = 30080
+				for _, p := range st.eps {
+					s.Cluster = append(s.Cluster, podEP(p, backends.IPv4, 1))
+				}
+			})
+			s := clusterState(c, web)
+			if st.withOther {
+				s = clusterState(c, web, other)
+			}
+			syncOK(t, b, s)
+			for _, to := range []netip.AddrPort{cip10, netip.AddrPortFrom(c.Nodes[0].IPv4, 30080)} {
+				if st.want == "" {
+					if _, err := ask(c.Client.NS, "tcp", to, 2*time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+						t.Errorf("step %d: %s: got %v, want connection refused", i, to, err)
+					}
+					continue
+				}
+				if got := counts(t, c.Client.NS, "tcp", to, 5); got[st.want] != 5 {
+					t.Errorf("step %d: %s: answers %v, want %s", i, to, got, st.want)
+				}
+			}
+			chains := savedChains(t, c.Nodes[0], v, TableNAT)
+			if has := slices.Contains(chains, otherChains.svc); has != st.withOther {
+				t.Errorf("step %d: chain %s of the other service present %v, want %v", i, otherChains.svc, has, st.withOther)
+			}
+			if got, want := ours(chains), ours(chainNames([]byte(syncedFake(t, opts4, s).Save(TableNAT)))); !slices.Equal(got, want) {
+				t.Errorf("step %d: chains %v, want %v", i, got, want)
+			}
+		}
+		if b.stats.full != 1 || b.stats.failures != 0 {
+			t.Errorf("stats %+v: want one full sync (the first) and no failure", b.stats)
+		}
+	})
+}
+
+// TestKernelRestoreFailure: a restore the kernel refuses (a chain to
+// delete that a rule of the operator's still jumps to) fails with the
+// line, changes nothing, and the syncs after it are full until one
+// succeeds.
+func TestKernelRestoreFailure(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		a1 := c.Pod("a1")
+		b := nodeBackend(t, c.Nodes[0], v, backends.IPv4)
+		web := svc("web", "10.96.0.10", func(s *backends.Service) { s.Cluster = []backends.Endpoint{podEP(a1, backends.IPv4, 1)} })
+		other := svc("other", "10.96.0.20", func(s *backends.Service) { s.Cluster = []backends.Endpoint{podEP(a1, backends.IPv4, 1)} })
+		syncOK(t, b, clusterState(c, web, other))
+		r, err := xtables.New(v, backends.IPv4, c.Nodes[0].NS.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		pin := []string{"-s", "192.0.2.99/32", "-j", newServiceChains(&other).svc}
+		if _, err := r.EnsureRule(ctx, TableNAT, chainPrerouting, pin...); err != nil {
+			t.Fatal(err)
+		}
+		before := savedChains(t, c.Nodes[0], v, TableNAT)
+		err = b.Sync(ctx, clusterState(c, web))
+		var le *LineError
+		if !errors.Is(err, ErrRestore) || !errors.Is(err, ErrPartialRestore) || !errors.As(err, &le) || !strings.HasPrefix(le.Text, "-X ") {
+			t.Fatalf("got %v, want a partial restore failure at the -X line", err)
+		}
+		t.Logf("error: %v", err)
+		if after := savedChains(t, c.Nodes[0], v, TableNAT); !slices.Equal(after, before) {
+			t.Errorf("the failed restore changed the chains: %v, was %v", after, before)
+		}
+		if got := counts(t, c.Client.NS, "tcp", netip.MustParseAddrPort("10.96.0.20:80"), 3); got["a1"] != 3 {
+			t.Errorf("the other service after the failure: %v", got)
+		}
+		if err := b.Sync(ctx, clusterState(c, web)); !errors.Is(err, ErrRestore) || errors.Is(err, ErrPartialRestore) {
+			t.Fatalf("the retry: got %v, want a full sync's failure", err)
+		}
+		if err := r.DeleteRule(ctx, TableNAT, chainPrerouting, pin...); err != nil {
+			t.Fatal(err)
+		}
+		syncOK(t, b, clusterState(c, web))
+		if !b.LastSync().Full || slices.Contains(savedChains(t, c.Nodes[0], v, TableNAT), newServiceChains(&other).svc) {
+			t.Errorf("the recovery: full %v, chains %v", b.LastSync().Full, ours(savedChains(t, c.Nodes[0], v, TableNAT)))
+		}
+	})
+}
+
+// TestKernelRestart: a new Backend reconciles the chains of a previous
+// one, with another state, without breaking an established connection,
+// and CleanupLeftovers then removes everything of wasp's.
+func TestKernelRestart(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		a1, b1 := c.Pod("a1"), c.Pod("b1")
+		web := svc("web", "10.96.0.10", func(s *backends.Service) {
+			s.Cluster = []backends.Endpoint{podEP(a1, backends.IPv4, 1), podEP(b1, backends.IPv4, 1)}
+		})
+		first := nodeBackend(t, c.Nodes[0], v, backends.IPv4)
+		syncOK(t, first, clusterState(c, web, svc("gone", "10.96.0.30", func(s *backends.Service) {
+			s.Cluster = []backends.Endpoint{podEP(b1, backends.IPv4, 1)}
+		})))
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		conn, err := c.Client.NS.Dial(ctx, "tcp", cip10.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		before, err := netlab.Request(ctx, conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := first.Close(); err != nil {
+			t.Fatal(err)
+		}
+
+		second := nodeBackend(t, c.Nodes[0], v, backends.IPv4)
+		s := clusterState(c, web, svc("new", "10.96.0.31", func(s *backends.Service) {
+			s.Cluster = []backends.Endpoint{podEP(a1, backends.IPv4, 1)}
+		}))
+		for range 3 {
+			syncOK(t, second, s)
+			if after, err := netlab.Request(ctx, conn); err != nil || after != before {
+				t.Fatalf("established connection after the restart: %q, %v; want %q", after, err, before)
+			}
+		}
+		if got, want := ours(savedChains(t, c.Nodes[0], v, TableNAT)), ours(chainNames([]byte(syncedFake(t, opts4, s).Save(TableNAT)))); !slices.Equal(got, want) {
+			t.Errorf("chains after the restart %v, want %v", got, want)
+		}
+		if got := counts(t, c.Client.NS, "tcp", netip.MustParseAddrPort("10.96.0.31:80"), 3); got["a1"] != 3 {
+			t.Errorf("the new service: %v", got)
+		}
+
+		if err := CleanupLeftovers(context.Background(), c.Nodes[0].NS.Path()); err != nil {
+			t.Fatal(err)
+		}
+		for _, table := range []string{TableNAT, TableFilter} {
+			if left := ours(savedChains(t, c.Nodes[0], v, table)); len(left) != 0 {
+				t.Errorf("%s: chains left after CleanupLeftovers: %v", table, left)
+			}
+		}
+		if _, err := ask(c.Client.NS, "tcp", cip10, 700*time.Millisecond); err == nil {
+			t.Error("the ClusterIP answers after CleanupLeftovers")
+		}
+	})
+}
+
+func TestKernelProbe(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		if err := Probe(context.Background(), c.Nodes[0].NS.Path()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

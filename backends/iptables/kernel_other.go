@@ -1,0 +1,14 @@
+//go:build !linux
+
+package iptables
+
+import "context"
+
+// New returns ErrNotSupported: iptables is Linux's.
+func New(ctx context.Context, o Opts) (*Backend, error) { return nil, ErrNotSupported }
+
+// CleanupLeftovers does nothing: there is no iptables here.
+func CleanupLeftovers(ctx context.Context, netns string) error { return nil }
+
+// Probe returns ErrNotSupported: iptables is Linux's.
+func Probe(ctx context.Context, netns string) error { return ErrNotSupported }
