@@ -536,6 +536,9 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 			ClusterCIDRs:      c.clusterCIDRs,
 			MasqueradeAll:     c.masqueradeAll,
 		},
+		// The Node's addresses, and the local ones CIDRs select, are
+		// resolved again when they change, not only now.
+		NodeAddresses: nc.Resolver(families, e.interfaceAddrs),
 		MinSyncPeriod: minSync,
 		RetryPeriod:   c.syncPeriod,
 		// Upstream resyncs every sync period and repairs drift with a
@@ -543,6 +546,10 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		DriftCheckPeriod: c.syncPeriod,
 		AfterFullSync:    func() { freeOSMemory(ctx) },
 		Metrics:          mx.Proxy(),
+	}
+	if nc.ReadsLocalAddresses() {
+		// Upstream resolves them at every sync, periodic ones included.
+		opts.AddressCheckPeriod = c.syncPeriod
 	}
 	// The health tracker always runs: the Services' health check node
 	// ports need it even when /healthz is not served.

@@ -237,6 +237,30 @@ func (c *Config) NodePortAddresses(node *v1.Node, families []backends.Family, if
 	return out, nil
 }
 
+// Resolver returns the resolver of the node's addresses for the proxied
+// families (proxy.Opts.NodeAddresses): its PrimaryIPs, and its
+// NodePortAddresses over the local addresses ifAddrs lists.
+func (c *Config) Resolver(families []backends.Family, ifAddrs func() ([]netip.Addr, error)) func(*v1.Node) (nodeIPs, nodePortAddresses []netip.Addr, err error) {
+	return func(n *v1.Node) ([]netip.Addr, []netip.Addr, error) {
+		nps, err := c.NodePortAddresses(n, families, ifAddrs)
+		return c.PrimaryIPs(n, families), nps, err
+	}
+}
+
+// ReadsLocalAddresses reports whether NodePortAddresses depends on the
+// local addresses, which change without the Node: CIDRs other than /0.
+func (c *Config) ReadsLocalAddresses() bool {
+	if c.NodePortPrimary {
+		return false
+	}
+	for _, p := range c.NodePortCIDRs {
+		if p.Bits() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func familyName(f backends.Family) string {
 	if kf, ok := state.KubernetesFamily(f); ok {
 		return string(kf)

@@ -117,3 +117,22 @@ func TestFamilies(t *testing.T) {
 		})
 	}
 }
+
+func TestReadsLocalAddresses(t *testing.T) {
+	tests := []struct {
+		name  string
+		c     Config
+		wants bool
+	}{
+		{"primary", Config{NodePortPrimary: true}, false},
+		{"every address", Config{NodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}}, false},
+		{"a CIDR", Config{NodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("2001:db8::/32")}}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.c.ReadsLocalAddresses(); got != tc.wants {
+				t.Errorf("got %v, want %v", got, tc.wants)
+			}
+		})
+	}
+}

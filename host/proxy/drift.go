@@ -28,17 +28,24 @@ type DriftReport struct {
 // ctx is done, and asks for a sync when one drifted: that sync rewrites
 // the drifted family's dataplane in full.
 func (p *Proxy) driftLoop(ctx context.Context) {
+	p.every(ctx, p.opts.DriftCheckPeriod, func() {
+		if p.checkDrift(ctx) {
+			p.runner.request()
+		}
+	})
+}
+
+// every calls f every period, after it, until ctx is done.
+func (p *Proxy) every(ctx context.Context, period time.Duration, f func()) {
 	for {
-		t := p.clock.NewTimer(p.opts.DriftCheckPeriod)
+		t := p.clock.NewTimer(period)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C():
 		}
-		if p.checkDrift(ctx) {
-			p.runner.request()
-		}
+		f()
 	}
 }
 

@@ -61,8 +61,21 @@ type Opts struct {
 	// Proxy's cache: a backend may keep a State but must not modify it.
 	Backends map[backends.Family]backends.Backend
 	// State holds the node-wide settings of every State. Its ServiceCIDRs
-	// are joined by those of the cluster's ServiceCIDR objects. Optional.
+	// are joined by those of the cluster's ServiceCIDR objects; its
+	// NodeIPs and NodePortAddresses are replaced by what NodeAddresses
+	// resolves, once it did. Optional.
 	State state.Options
+	// NodeAddresses, if set, resolves the node's addresses of every State
+	// from the Node object: once the caches synced, at every event of the
+	// Node, and every AddressCheckPeriod. When they change, a sync
+	// programs them. An error is logged and keeps the addresses in use.
+	// Optional: State's are used as they are.
+	NodeAddresses NodeAddresses
+	// AddressCheckPeriod is how often NodeAddresses is called again
+	// without an event of the Node: the local addresses that
+	// nodePortAddresses CIDRs select change without one. Optional; 0:
+	// only at the Node's events.
+	AddressCheckPeriod time.Duration
 	// MinSyncPeriod is the least time between syncs after a burst of 2.
 	// Optional; default DefaultMinSyncPeriod.
 	MinSyncPeriod time.Duration
@@ -141,6 +154,9 @@ type Proxy struct {
 
 	swapMu sync.Mutex
 	swap   *moduleSwap // the next sync's module swap; nil: none
+
+	addrMu sync.Mutex
+	addrs  *addresses // resolved by Opts.NodeAddresses; nil: Opts.State's
 }
 
 // moduleSwap is a SetModules waiting for the sync goroutine.
@@ -221,6 +237,9 @@ func newProxy(opts Opts, c clock.Clock) (*Proxy, error) {
 	}
 	if opts.DriftCheckPeriod < 0 {
 		errs = append(errs, fmt.Errorf("driftCheckPeriod: %v is negative", opts.DriftCheckPeriod))
+	}
+	if opts.AddressCheckPeriod < 0 {
+		errs = append(errs, fmt.Errorf("addressCheckPeriod: %v is negative", opts.AddressCheckPeriod))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
@@ -317,6 +336,14 @@ func (p *Proxy) Run(ctx context.Context) {
 		p.driftLoop(ctx)
 	}()
 	defer func() { <-drift }()
+	if p.opts.NodeAddresses != nil && p.opts.AddressCheckPeriod > 0 {
+		addrs := make(chan struct{})
+		go func() {
+			defer close(addrs)
+			p.addressLoop(ctx)
+		}()
+		defer func() { <-addrs }()
+	}
 	p.runner.loop(ctx)
 }
 
@@ -362,7 +389,12 @@ func (p *Proxy) start(ctx context.Context) (shutdown func(), ok bool) {
 	regs := []registration{
 		{svcInformer.Informer(), eventHandler(p, p.tracker.onService, nil)},
 		{sliceInformer.Informer(), eventHandler(p, p.tracker.onEndpointSlice, nil)},
-		{nodeInformer, eventHandler(p, p.tracker.onNode, p.syncNode)},
+		{nodeInformer, eventHandler(p, p.tracker.onNode, func(n *v1.Node) {
+			p.syncNode(n)
+			if p.started.Load() {
+				p.readdress(logger, n)
+			}
+		})},
 	}
 	if watchCIDRs {
 		cidrInformer := factory.InformerFor(&networkingv1.ServiceCIDR{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
@@ -401,13 +433,11 @@ func (p *Proxy) start(ctx context.Context) (shutdown func(), ok bool) {
 		return nil, false
 	}
 	p.started.Store(true)
+	n := p.localNode()
 	if p.opts.Health != nil {
-		n, err := p.nodes.Get(p.opts.NodeName)
-		if err != nil {
-			n = nil // not found: the lister has no other error
-		}
 		p.opts.Health.SyncNode(n)
 	}
+	p.readdress(logger, n)
 	// The initial list requested a sync already; make sure of it even if
 	// the cluster is empty, and tell Health it is queued.
 	p.queue()

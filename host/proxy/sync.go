@@ -103,6 +103,9 @@ func (p *Proxy) sync(ctx context.Context) error {
 		// added: copied whole, so that no option is left behind.
 		opts := p.opts.State
 		opts.ServiceCIDRs = p.serviceCIDRUnion
+		if a := p.nodeAddresses(); a != nil {
+			opts.NodeIPs, opts.NodePortAddresses = a.nodeIPs, a.nodePorts
+		}
 		s := state.Build(f, opts, nil, nil)
 		s.Services = p.sorted[i]
 		err := p.opts.Backends[f].Sync(ctx, s)
