@@ -3,80 +3,16 @@ package iptables
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/backends/backendtest"
 )
 
-// transitionStates is a sequence of states that exercises every kind of
-// change: service ports added and removed, endpoints and weights changed,
-// policies toggled, affinity switched on and its timeout changed, NodePort
-// addresses set and unset, cluster CIDRs and masquerading changed, a
-// multi-port Service losing a port.
-func transitionStates() []*backends.State {
-	var out []*backends.State
-	add := func(f func(s *backends.State)) {
-		s := goldenState4()
-		if f != nil {
-			f(s)
-		}
-		s.Services = sortServices(s.Services)
-		out = append(out, s)
-	}
-	find := func(s *backends.State, name string) *backends.Service {
-		for i := range s.Services {
-			if s.Services[i].Name == name {
-				return &s.Services[i]
-			}
-		}
-		panic(name)
-	}
-	add(nil)
-	add(func(s *backends.State) { // endpoints and weights
-		find(s, "web").Cluster = []backends.Endpoint{ep("10.244.1.10", 1), ep("10.244.3.10", 5)}
-		find(s, "weighted").Cluster = []backends.Endpoint{ep("10.244.1.11", 1)}
-	})
-	add(func(s *backends.State) { // a service goes, one comes; affinity on
-		s.Services = slices.DeleteFunc(s.Services, func(v backends.Service) bool { return v.Name == "lb" })
-		s.Services = append(s.Services, svc("new", "10.96.0.30", func(v *backends.Service) {
-			v.Cluster = []backends.Endpoint{ep("10.244.2.30", 1)}
-		}))
-		find(s, "web").AffinityTimeout = 30
-	})
-	add(func(s *backends.State) { // affinity timeout changes; NodePort addresses
-		find(s, "sticky").AffinityTimeout = 60
-		s.NodePortAddresses = []netip.Addr{ip("198.51.100.11"), ip("198.51.100.0")}
-	})
-	add(func(s *backends.State) { // policies and no endpoints
-		find(s, "web").InternalPolicyLocal = true
-		find(s, "web").Local = []backends.Endpoint{ep("10.244.1.10", 1)}
-		find(s, "weighted").Cluster = nil
-		find(s, "weighted").HasAnyEndpoints = false
-		find(s, "lb").ExternalPolicyLocal = false
-	})
-	add(func(s *backends.State) { // state-wide changes
-		s.ClusterCIDRs = []netip.Prefix{pfx("10.244.0.0/16"), pfx("10.245.0.0/16")}
-		s.MasqueradeAll = true
-		s.NodeIPs = nil
-	})
-	add(func(s *backends.State) { // a multi-port Service
-		web := *find(s, "web")
-		web.Key, web.PortName, web.Port = "demo/web:https/TCP/IPv4", "https", 443
-		web.ExternalIPs = []netip.Addr{ip("192.0.2.15")}
-		s.Services = append(s.Services, web)
-	})
-	add(func(s *backends.State) { // the multi-port Service loses its first port
-		web := find(s, "web")
-		web.Key, web.PortName, web.Port = "demo/web:https/TCP/IPv4", "https", 443
-	})
-	add(func(s *backends.State) { s.Services = nil })
-	return out
-}
+func transitionStates() []*backends.State { return backendtest.Transitions() }
 
 func newFakeBackend(t testing.TB, f *Fake, o Opts) *Backend {
 	t.Helper()
@@ -99,48 +35,14 @@ func fresh(t testing.TB, s *backends.State) string {
 	return f.Dump()
 }
 
-func TestTransitions(t *testing.T) {
-	f := NewFake()
-	b := newFakeBackend(t, f, opts4)
-	for i, s := range transitionStates() {
-		if err := b.Sync(context.Background(), s); err != nil {
-			t.Fatalf("state %d: %v", i, err)
-		}
-		if got, want := f.Dump(), fresh(t, s); got != want {
-			t.Fatalf("state %d differs from a fresh full sync:\n%s", i, lineDiff(want, got))
-		}
-		if full := b.LastSync().Full; full != (i == 0) {
-			t.Errorf("state %d: full sync %v", i, full)
-		}
-	}
-	if b.stats.full != 1 || b.stats.failures != 0 {
-		t.Errorf("stats %+v, want one full sync (the first) and no failure", b.stats)
-	}
-}
+// TestTransitions runs backendtest's transition suite on the Fake: after
+// every Sync, in order and in random orders, the tables equal a fresh full
+// sync's of the same State, and only the first Sync is full.
+func TestTransitions(t *testing.T) { backendtest.RunTransitions(t, harness("")) }
 
-// TestTransitionsRandomOrder applies the states in random orders, with
-// repeats: each dump must equal a fresh full sync of its state.
-func TestTransitionsRandomOrder(t *testing.T) {
-	states := transitionStates()
-	want := make([]string, len(states))
-	for i, s := range states {
-		want[i] = fresh(t, s)
-	}
-	for seed := range uint64(20) {
-		r := rand.New(rand.NewPCG(seed, 1))
-		f := NewFake()
-		b := newFakeBackend(t, f, opts4)
-		for step := range 3 * len(states) {
-			i := r.IntN(len(states))
-			if err := b.Sync(context.Background(), states[i]); err != nil {
-				t.Fatalf("seed %d step %d state %d: %v", seed, step, i, err)
-			}
-			if got := f.Dump(); got != want[i] {
-				t.Fatalf("seed %d step %d: state %d differs from a fresh full sync:\n%s", seed, step, i, lineDiff(want[i], got))
-			}
-		}
-	}
-}
+// TestIdempotence runs backendtest's idempotence suite on the Fake: a
+// second Sync of a State writes and deletes no service chain.
+func TestIdempotence(t *testing.T) { backendtest.RunIdempotence(t, harness("")) }
 
 // declared returns the chains a restore input declares, by table.
 func declared(in string) map[string][]string {
