@@ -230,38 +230,57 @@ func (b *Backend) fail() {
 
 // prepareFull ensures the chains the built-in ones jump to and the jump
 // rules, sets route_localnet for localhost NodePorts, and lists the
-// chains of wasp's the tables hold that rs does not want: in nat, stale
-// service chains; in filter, a firewall chain no longer wanted.
+// chains of wasp's the tables hold that rs does not want (service chains
+// of service ports that left; a fixed chain of other options, such as
+// WASP-FIREWALL without localhost NodePorts, whose jumps it deletes
+// first), for the restore to delete.
 func (b *Backend) prepareFull(ctx context.Context, rs *Ruleset, localhostNodePorts bool) (staleFilter, staleNAT []string, err error) {
+	fam := b.cfg.family.String()
 	for _, j := range b.cfg.jumps() {
 		if err := b.k.ensureChain(ctx, j.table, j.to); err != nil {
-			return nil, nil, fmt.Errorf("iptables %s: ensure chain %s of table %s: %w", b.cfg.family.String(), j.to, j.table, err)
+			return nil, nil, fmt.Errorf("iptables %s: ensure chain %s of table %s: %w", fam, j.to, j.table, err)
 		}
 		if _, err := b.k.ensureRule(ctx, j.table, j.from, j.args()...); err != nil {
-			return nil, nil, fmt.Errorf("iptables %s: ensure jump from %s to %s in table %s: %w", b.cfg.family.String(), j.from, j.to, j.table, err)
+			return nil, nil, fmt.Errorf("iptables %s: ensure jump from %s to %s in table %s: %w", fam, j.from, j.to, j.table, err)
 		}
 	}
 	if localhostNodePorts {
 		if err := b.k.routeLocalnet(ctx); err != nil {
-			return nil, nil, fmt.Errorf("iptables %s: localhost NodePorts: %w", b.cfg.family.String(), err)
+			return nil, nil, fmt.Errorf("iptables %s: localhost NodePorts: %w", fam, err)
 		}
 	}
-	chains, err := b.savedChains(ctx, TableNAT)
-	if err != nil {
-		return nil, nil, err
-	}
 	wanted := map[string]bool{}
-	for _, f := range rs.Services {
-		for _, c := range f.Chains {
+	for _, cs := range [][]*Chain{rs.NAT, rs.Filter, allServiceChains(rs)} {
+		for _, c := range cs {
 			wanted[c.Name] = true
 		}
 	}
-	for _, name := range chains {
-		if isServiceChain(name) && !wanted[name] {
-			staleNAT = append(staleNAT, name)
+	stale := map[string][]string{}
+	for _, table := range []string{TableNAT, TableFilter} {
+		chains, err := b.savedChains(ctx, table)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, name := range chains {
+			if strings.HasPrefix(name, Prefix) && !wanted[name] {
+				stale[table] = append(stale[table], name)
+			}
 		}
 	}
-	return nil, staleNAT, nil
+	for _, j := range anyJumps() {
+		if !slices.Contains(stale[j.table], j.to) {
+			continue
+		}
+		if err := b.k.deleteRule(ctx, j.table, j.from, j.args()...); err != nil {
+			return nil, nil, fmt.Errorf("iptables %s: delete jump from %s to stale %s in table %s: %w", fam, j.from, j.to, j.table, err)
+		}
+	}
+	return stale[TableFilter], stale[TableNAT], nil
+}
+
+// anyJumps are the jumps of every configuration.
+func anyJumps() []jump {
+	return config{family: backends.IPv4, localhostNodePorts: true}.jumps()
 }
 
 // savedChains returns the names of the chains of table, as iptables-save
@@ -363,7 +382,6 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 // has no jump to one either, and is left untouched: not even read by a
 // single-rule call, which would load a legacy table that is not there.
 func cleanup(ctx context.Context, k kernel, what string, tables ...string) error {
-	all := config{family: backends.IPv4, localhostNodePorts: true}
 	var in strings.Builder
 	for _, table := range tables {
 		out, err := k.save(ctx, table)
@@ -379,7 +397,7 @@ func cleanup(ctx context.Context, k kernel, what string, tables ...string) error
 		if len(ours) == 0 {
 			continue
 		}
-		for _, j := range all.jumps() {
+		for _, j := range anyJumps() {
 			if j.table != table {
 				continue
 			}

@@ -54,8 +54,10 @@
 // service ports that changed or left and are no longer wanted are
 // declared (flushed) and deleted ("-X") in the same input, when nothing
 // references them any more. A full sync writes every chain, and deletes
-// every per-service chain of wasp's that iptables-save lists but the
-// State does not want. It happens at the first Sync of a process (which
+// every chain of wasp's that iptables-save lists (nat and filter) but the
+// plan does not have, such as the chains of a service port that left
+// while no process ran, or WASP-FIREWALL after localhost NodePorts were
+// turned off (its jumps deleted first). It happens at the first Sync of a process (which
 // so reconciles with what an earlier process left, without flushing
 // anything apart: established connections keep their conntrack entries),
 // after any failure, after Cleanup, and every Opts.FullSyncPeriod.

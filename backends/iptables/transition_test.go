@@ -448,3 +448,30 @@ func TestFakeRefuses(t *testing.T) {
 		}
 	})
 }
+
+// TestFullSyncRemovesOtherOptions: a fixed chain of other options (here
+// WASP-FIREWALL, of localhost NodePorts) is deleted by the first full
+// sync without them, with its jumps.
+func TestFullSyncRemovesOtherOptions(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake()
+	if err := newFakeBackend(t, f, opts4).Sync(ctx, goldenState4()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(f.Dump(), ":"+ChainFirewall+" ") {
+		t.Fatal("no firewall chain to begin with")
+	}
+	if err := newFakeBackend(t, f, Opts{Family: backends.IPv4}).Sync(ctx, goldenState4()); err != nil {
+		t.Fatal(err)
+	}
+	if d := f.Dump(); strings.Contains(d, ChainFirewall+" ") || strings.Contains(d, "-j "+ChainFirewall+"\n") {
+		t.Errorf("the firewall chain or its jumps are left:\n%s", d)
+	}
+	want := NewFake()
+	if err := newFakeBackend(t, want, Opts{Family: backends.IPv4}).Sync(ctx, goldenState4()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Dump(); got != want.Dump() {
+		t.Errorf("differs from a fresh sync:\n%s", lineDiff(want.Dump(), got))
+	}
+}
