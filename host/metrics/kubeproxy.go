@@ -57,7 +57,6 @@ type kubeProxy struct {
 	endpointChangesTotal, serviceChangesTotal           prometheus.Counter
 	noLocalEndpoints                                    *prometheus.GaugeVec
 	healthzTotal, livezTotal                            *prometheus.CounterVec
-	nftablesSyncFailures, nftablesCleanupFailures       *prometheus.CounterVec
 	conntrackDuration                                   *prometheus.HistogramVec
 	conntrackDeleted                                    *prometheus.CounterVec
 }
@@ -83,8 +82,6 @@ func newKubeProxy(reg prometheus.Registerer) kubeProxy {
 		noLocalEndpoints:        f.gauge("sync_proxy_rules_no_local_endpoints_total", "Number of services with a Local traffic policy and no endpoints", labelIPFamily, labelTrafficPolicy),
 		healthzTotal:            f.counter("proxy_healthz_total", "Cumulative proxy healthz HTTP status", labelCode),
 		livezTotal:              f.counter("proxy_livez_total", "Cumulative proxy livez HTTP status", labelCode),
-		nftablesSyncFailures:    f.counter("sync_proxy_rules_nftables_sync_failures_total", "Cumulative proxy nftables sync failures", family...),
-		nftablesCleanupFailures: f.counter("sync_proxy_rules_nftables_cleanup_failures_total", "Cumulative proxy nftables cleanup failures", family...),
 		conntrackDuration:       f.histogram("conntrack_reconciler_sync_duration_seconds", "ReconcileConntrackFlowsLatency latency in seconds", syncBuckets, family...),
 		conntrackDeleted:        f.counter("conntrack_reconciler_deleted_entries_total", "Cumulative conntrack flows deleted by conntrack reconciler", family...),
 	}
@@ -95,7 +92,7 @@ func (k *kubeProxy) initFamily(family string) {
 	for _, h := range []*prometheus.HistogramVec{k.syncDuration, k.syncFullDuration, k.syncPartialDuration, k.networkProgramming, k.conntrackDuration} {
 		h.WithLabelValues(family)
 	}
-	for _, c := range []*prometheus.CounterVec{k.nftablesSyncFailures, k.nftablesCleanupFailures, k.conntrackDeleted} {
+	for _, c := range []*prometheus.CounterVec{k.conntrackDeleted} {
 		c.WithLabelValues(family)
 	}
 	for _, g := range []*prometheus.GaugeVec{k.lastSynced, k.lastQueued} {
@@ -148,30 +145,35 @@ func (h proxyHook) DriftChecked(r *proxy.DriftReport) {
 // backend ran counts for every family New was given.
 func (h proxyHook) Synced(r *proxy.SyncReport) {
 	m := h.m
-	byType := m.syncPartialDuration
-	if r.Full {
-		byType = m.syncFullDuration
-	}
-	observe := func(family string) {
+	// observe records the sync's duration under f; by the full or partial
+	// kind of the sync of f's backend when it said (iptables), else of the
+	// proxy's sync.
+	observe := func(f backends.Family) {
+		family := familyLabel(f)
 		m.syncDuration.WithLabelValues(family).Observe(r.Duration.Seconds())
+		full, ok := m.takeFull(f)
+		byType := m.syncPartialDuration
+		if (ok && full) || (!ok && r.Full) {
+			byType = m.syncFullDuration
+		}
 		byType.WithLabelValues(family).Observe(r.Duration.Seconds())
 	}
 	ok := r.Err == nil
 	if !ok {
 		for _, f := range m.families {
-			observe(familyLabel(f))
+			observe(f)
 		}
 	}
 	for i := range r.Families {
 		fs := &r.Families[i]
 		family := familyLabel(fs.Family)
-		observe(family)
+		observe(fs.Family)
 		m.noLocalEndpoints.WithLabelValues(family, policyInternal).Set(float64(fs.NoLocalInternal))
 		m.noLocalEndpoints.WithLabelValues(family, policyExternal).Set(float64(fs.NoLocalExternal))
 		m.servicePorts.WithLabelValues(family).Set(float64(fs.ServicePorts))
 		if !fs.Programmed() {
 			ok = false
-			m.nftablesSyncFailures.WithLabelValues(family).Inc()
+			m.syncFailed(family)
 			continue
 		}
 		if fs.Err != nil {

@@ -42,32 +42,44 @@ type Metrics struct {
 	families []backends.Family
 
 	kubeProxy
+	*modeSeries
 	wasp
 	moduleSources
 }
 
-// New returns Metrics in a registry of their own, with the Go runtime and
-// process collectors. families are the IP families the proxy serves: their
-// series are exported from the start, at zero, rather than from their
-// first event. The series of other families appear on their first event.
+// New returns the Metrics of the nftables mode (NewWith) for families.
 func New(families ...backends.Family) *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), families: families}
+	m, _ := NewWith(Options{Mode: NFTables, Families: families}) // a known mode
+	return m
+}
+
+// NewWith returns Metrics in a registry of their own, with the Go runtime
+// and process collectors, and the upstream series of o.Mode. It fails for
+// a mode it does not know.
+func NewWith(o Options) (*Metrics, error) {
+	m := &Metrics{reg: prometheus.NewRegistry(), families: o.Families}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	ms, err := newModeSeries(m.reg, o.Mode)
+	if err != nil {
+		return nil, err
+	}
+	m.modeSeries = ms
 	m.kubeProxy = newKubeProxy(m.reg)
 	m.wasp = newWasp(m.reg)
 	m.moduleSources = newModuleSources(m.reg)
-	for _, f := range families {
+	for _, f := range o.Families {
 		m.kubeProxy.initFamily(familyLabel(f))
+		m.modeSeries.initFamily(familyLabel(f))
 		m.wasp.initFamily(familyLabel(f))
 	}
 	m.handler = promhttp.InstrumentMetricHandler(m.reg, promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
 		Registry:      m.reg,
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
-	return m
+	return m, nil
 }
 
 // Registry returns the registry every series is in.
