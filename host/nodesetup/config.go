@@ -1,6 +1,7 @@
 package nodesetup
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -20,6 +21,12 @@ type Config struct {
 	// which is right for wasp's nftables mode: like upstream nftables, it
 	// does not serve NodePorts on localhost.
 	RouteLocalnet bool
+
+	// Dataplane runs the probes of the dataplane wasp programs (the
+	// proxy mode's: NFTablesProbes for nftables), in NetNS, before the
+	// conntrack probes; each NotSupported outcome fails Run. Optional:
+	// nil probes no dataplane.
+	Dataplane func(ctx context.Context) []ProbeResult
 
 	// NetNS is the path of the network namespace to set up and probe,
 	// e.g. /run/netns/foo. Optional; default the current one. The

@@ -25,11 +25,12 @@ type Report struct {
 // env is what Run touches outside the process; unit tests replace it.
 type env struct {
 	files  files
-	probes []probe // the kernel probes; the nf_conntrack one is added
+	probes []probe // the conntrack probes; the nf_conntrack one is added
 }
 
 // Run does the node's one-time privileged setup: it probes the kernel
-// for what wasp's dataplane uses, then writes the settings c asks for.
+// for what wasp's dataplane uses (c.Dataplane's probes, then conntrack's),
+// then writes the settings c asks for.
 // It needs root (CAP_NET_ADMIN for the probes; CAP_SYS_ADMIN over the
 // network namespace and writable /proc/sys and /sys for the settings);
 // afterwards wasp run needs CAP_NET_ADMIN only. It is safe to run again:
@@ -42,14 +43,21 @@ type env struct {
 // are logged and reported, not errors. The Report is complete either
 // way.
 func Run(ctx context.Context, c Config) (Report, error) {
-	return run(ctx, &c, env{files: newOSFiles(&c), probes: kernelProbes(c.NetNS)})
+	return run(ctx, &c, env{files: newOSFiles(&c), probes: conntrackProbes(c.NetNS)})
 }
 
-// Probe runs the kernel probes in the network namespace at netns ("" for
-// the current one) and changes nothing that outlives it. Tests use it to
-// skip with a reason.
+// Probe runs the nftables mode's and the conntrack probes in the network
+// namespace at netns ("" for the current one) and changes nothing that
+// outlives it. Tests use it to skip with a reason.
 func Probe(ctx context.Context, netns string) []ProbeResult {
-	return runProbes(ctx, append(kernelProbes(netns), moduleProbe(newOSFiles(&Config{NetNS: netns}))))
+	return runProbes(ctx, append(append(nftablesProbes(netns), conntrackProbes(netns)...), moduleProbe(newOSFiles(&Config{NetNS: netns}))))
+}
+
+// NFTablesProbes runs the probes of the nftables mode (the nftables-*
+// ones) in the network namespace at netns, for Config.Dataplane; it
+// changes nothing that outlives it.
+func NFTablesProbes(ctx context.Context, netns string) []ProbeResult {
+	return runProbes(ctx, nftablesProbes(netns))
 }
 
 func run(ctx context.Context, c *Config, e env) (Report, error) {
@@ -61,9 +69,13 @@ func run(ctx context.Context, c *Config, e env) (Report, error) {
 		r    Report
 		errs []error
 	)
-	// The probes go first: using nftables NAT makes the kernel load
-	// nf_conntrack, whose sysctls the settings write.
-	r.Probes = runProbes(ctx, append(e.probes[:len(e.probes):len(e.probes)], moduleProbe(e.files)))
+	// The probes go first, the dataplane's first of all: programming NAT
+	// makes the kernel load nf_conntrack, whose sysctls the settings
+	// write.
+	if c.Dataplane != nil {
+		r.Probes = c.Dataplane(ctx)
+	}
+	r.Probes = append(r.Probes, runProbes(ctx, append(e.probes[:len(e.probes):len(e.probes)], moduleProbe(e.files)))...)
 	for _, p := range r.Probes {
 		logger.Info("Kernel probe", "probe", p.Name, "outcome", string(p.Outcome), "reason", p.Reason)
 		if p.Outcome == NotSupported {

@@ -427,3 +427,35 @@ func TestOSFiles(t *testing.T) {
 		t.Errorf("writing a missing setting: %v, want not exist", err)
 	}
 }
+
+// TestDataplaneProbes: the dataplane's probes come first in the report,
+// before the conntrack ones, and one NotSupported fails Run naming it;
+// without Config.Dataplane no dataplane is probed.
+func TestDataplaneProbes(t *testing.T) {
+	iptables := func(o Outcome, reason string) func(context.Context) []ProbeResult {
+		return func(context.Context) []ProbeResult {
+			return []ProbeResult{{Name: "iptables", Checks: "test", Outcome: o, Reason: reason}}
+		}
+	}
+	r, err := runFake(t, Config{Dataplane: iptables(Supported, "")}, newFakeFiles(nil), []probe{fixedProbe(probeConntrackNL, "", Supported, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range r.Probes {
+		names = append(names, p.Name)
+	}
+	if want := []string{"iptables", probeConntrackNL, probeConntrackMod}; !slices.Equal(names, want) {
+		t.Errorf("probes %v, want %v", names, want)
+	}
+
+	_, err = runFake(t, Config{Dataplane: iptables(NotSupported, "install iptables")}, newFakeFiles(nil), nil)
+	if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "probe iptables") || !strings.Contains(err.Error(), "install iptables") {
+		t.Errorf("got %v, want the dataplane probe's NotSupported", err)
+	}
+
+	r, err = runFake(t, Config{}, newFakeFiles(nil), nil)
+	if err != nil || len(r.Probes) != 1 || r.Probes[0].Name != probeConntrackMod {
+		t.Errorf("no dataplane: probes %+v, %v; want the nf_conntrack one alone", r.Probes, err)
+	}
+}

@@ -22,11 +22,11 @@ import (
 // so a table left by a probe that was killed halfway is replaced.
 const probeTable = "wasp-nodesetup-probe"
 
-// kernelProbes returns the nftables and conntrack netlink probes, asked in
-// the network namespace at netns ("" for the current one). The nftables
-// ones come first: using NAT chains, ct expressions and numgen makes the
-// kernel load the modules behind them, nf_conntrack among them.
-func kernelProbes(netns string) []probe {
+// nftablesProbes returns the probes of the nftables mode, asked in the
+// network namespace at netns ("" for the current one). Using NAT chains,
+// ct expressions and numgen makes the kernel load the modules behind them,
+// nf_conntrack among them.
+func nftablesProbes(netns string) []probe {
 	k := nftProber{netns: netns}
 	return []probe{
 		{name: probeNFTables, checks: "nf_tables: add and delete a table in one transaction",
@@ -39,6 +39,13 @@ func kernelProbes(netns string) []probe {
 			run: k.outcome(k.concatMap)},
 		{name: probeNFTStaleChains, after: probeNFTables, checks: "delete a map element and the chain it jumps to in one transaction (kernel 6.2 or later)",
 			run: k.staleChains},
+	}
+}
+
+// conntrackProbes returns the conntrack netlink probe, which every mode
+// needs (the conntrack cleaner), asked in the network namespace at netns.
+func conntrackProbes(netns string) []probe {
+	return []probe{
 		{name: probeConntrackNL, checks: "list the conntrack table over netlink (nf_conntrack_netlink)",
 			run: func(context.Context) (Outcome, string) { return classify(listConntrack(netns)) }},
 	}
