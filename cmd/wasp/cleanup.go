@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
-	"k8s.io/klog/v2"
 
 	"github.com/wasp-proxy/wasp/backends"
 )
@@ -16,43 +16,38 @@ func newCleanupCommand(e env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cleanup",
 		Short: "Remove everything wasp programmed on this node and exit",
-		Long: `cleanup deletes wasp's nftables tables, of both IP families, as kube-proxy's
---cleanup does; wasp run --cleanup is the same. It succeeds when there is
-nothing to remove. Connection tracking entries are left to expire.`,
+		Long: `cleanup removes what wasp left behind in every proxy mode, as kube-proxy's
+--cleanup does: the nftables tables "ip wasp" and "ip6 wasp", and the WASP-
+chains (and the jumps to them) of iptables and ip6tables, in both the nft and
+the legacy variant. It says what each mode removed; wasp run --cleanup is the
+same. It succeeds when there is nothing to remove. Connection tracking
+entries are left to expire.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fams, err := parseIPFamilies(families)
 			if err != nil {
 				return err
 			}
-			return cleanup(cmd.Context(), e, fams)
+			return cleanup(cmd.Context(), cmd.OutOrStdout(), e, fams)
 		},
 	}
-	cmd.Flags().StringSliceVar(&families, "ip-families", nil, "the IP families to clean up: ipv4, ipv6 or both (default both)")
+	cmd.Flags().StringSliceVar(&families, "ip-families", nil, "the IP families to clean up: ipv4, ipv6 or both (default both); the iptables mode always cleans both")
 	return cmd
 }
 
-// cleanup removes the dataplane of families (nil: both).
-func cleanup(ctx context.Context, e env, families []backends.Family) error {
-	logger := klog.FromContext(ctx)
+// cleanup removes the dataplane of every mode, of families (nil: both),
+// and writes to out what each mode removed.
+func cleanup(ctx context.Context, out io.Writer, e env, families []backends.Family) error {
 	if len(families) == 0 {
 		families = []backends.Family{backends.IPv4, backends.IPv6}
 	}
 	var errs []error
-	for _, f := range families {
-		b, err := e.dataplane(f)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("cleanup %s: %w", familyName(f), err))
+	for _, m := range e.modes {
+		if err := m.CleanupLeftovers(ctx, "", families); err != nil {
+			errs = append(errs, fmt.Errorf("cleanup %s: %w", m.Name, err))
 			continue
 		}
-		if err := b.Cleanup(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("cleanup %s: %w", familyName(f), err))
-		} else {
-			logger.V(2).Info("Cleaned up", "ipFamily", familyName(f))
-		}
-		if err := b.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("cleanup %s: close: %w", familyName(f), err))
-		}
+		fmt.Fprintf(out, "%s: removed %s (those that were there)\n", m.Name, m.Leftovers)
 	}
 	return errors.Join(errs...)
 }

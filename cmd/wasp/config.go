@@ -136,9 +136,12 @@ func (f *runFlags) checkRunFlags(c *v1alpha1.WaspConfiguration) []error {
 	if _, err := parseIPFamilies(f.ipFamilies); err != nil {
 		errs = append(errs, err)
 	}
-	if b := c.NFTables.MasqueradeBit; b != nil && *b == 0 {
-		// The nftables backend takes 0 for its default.
+	// The backends take bit 0 for their default.
+	if b := c.NFTables.MasqueradeBit; c.Mode != v1alpha1.ProxyModeIPTables && b != nil && *b == 0 {
 		bad("nftables.masqueradeBit: 0 is not supported by wasp's nftables backend: use 1 to 31")
+	}
+	if b := c.IPTables.MasqueradeBit; c.Mode == v1alpha1.ProxyModeIPTables && b != nil && *b == 0 {
+		bad("iptables.masqueradeBit: 0 is not supported by wasp's iptables backend: use 1 to 31")
 	}
 	return errs
 }
@@ -294,8 +297,11 @@ func newRunConfig(c *v1alpha1.WaspConfiguration, f *runFlags, hostname func() (s
 		source: f.source, sourcePoll: f.sourcePoll,
 		nodeName:             c.HostnameOverride,
 		ipFamilyPolicy:       c.IPFamilyPolicy,
+		mode:                 c.Mode,
 		masqueradeAll:        c.Linux.MasqueradeAll,
 		masqueradeBit:        int(*c.NFTables.MasqueradeBit),
+		localhostNodePorts:   c.Mode == v1alpha1.ProxyModeIPTables && *c.IPTables.LocalhostNodePorts,
+		tcpBeLiberal:         c.Linux.Conntrack.TCPBeLiberal,
 		syncPeriod:           c.SyncPeriod.Duration,
 		minSyncPeriod:        c.MinSyncPeriod.Duration,
 		configSyncPeriod:     c.ConfigSyncPeriod.Duration,
@@ -306,6 +312,9 @@ func newRunConfig(c *v1alpha1.WaspConfiguration, f *runFlags, hostname func() (s
 		cacheDir:             f.cacheDir,
 		cleanup:              f.cleanup,
 		initOnly:             f.initOnly,
+	}
+	if c.Mode == v1alpha1.ProxyModeIPTables {
+		rc.masqueradeBit = int(*c.IPTables.MasqueradeBit)
 	}
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }

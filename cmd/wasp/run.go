@@ -24,8 +24,6 @@ import (
 
 	"github.com/wasp-proxy/wasp/abi"
 	"github.com/wasp-proxy/wasp/backends"
-	"github.com/wasp-proxy/wasp/backends/conntrack"
-	"github.com/wasp-proxy/wasp/backends/nftables"
 	"github.com/wasp-proxy/wasp/host/catalog"
 	"github.com/wasp-proxy/wasp/host/chain"
 	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
@@ -41,55 +39,49 @@ import (
 	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/host/snapshot"
 	"github.com/wasp-proxy/wasp/host/state"
+	"github.com/wasp-proxy/wasp/internal/dataplane"
 )
 
 // env is what wasp run and wasp cleanup touch outside the process: the
 // kernel's dataplane, the node's addresses, the apiserver's patience.
 // Tests replace it.
 type env struct {
-	// dataplane returns family's nftables backend, which cleanup uses.
-	dataplane func(f backends.Family) (backends.Backend, error)
-	// backend returns family's backend for run, marking packets to
-	// masquerade with masqBit: the dataplane wrapped in the conntrack
-	// cleaner, which tells ct about every cleanup.
-	backend func(f backends.Family, masqBit int, ct conntrack.Observer) (backends.Backend, error)
+	// modes is the table of proxy modes (internal/dataplane): run builds
+	// its backends with the configured mode's row, cleanup runs every
+	// row's cleanup.
+	modes []dataplane.Mode
 	// interfaceAddrs lists the addresses of this network namespace.
 	interfaceAddrs func() ([]netip.Addr, error)
 	// nodeWait is how long run waits for its Node object to appear in
 	// the apiserver.
 	nodeWait time.Duration
 	// setupNode is the privileged node setup (sysctls such as conntrack's
-	// limits and timeouts, oom_score_adj), run before the proxy starts and
-	// alone by --init-only. nil: there is none yet.
-	setupNode func(ctx context.Context, c *v1alpha1.WaspConfiguration) error
+	// limits and timeouts, oom_score_adj, the probe of mode), run before
+	// the proxy starts and alone by --init-only. nil: there is none yet.
+	setupNode func(ctx context.Context, c *v1alpha1.WaspConfiguration, mode dataplane.Mode) error
 	// configRejected tells the cluster that wasp refuses its
 	// configuration, err, before it exits. Best effort. nil: nobody.
 	configRejected func(ctx context.Context, f *runFlags, err error)
 }
 
 func defaultEnv() env {
-	dataplane := func(f backends.Family) (backends.Backend, error) {
-		return nftables.New(nftables.Opts{Family: f})
-	}
 	return env{
-		dataplane: dataplane,
-		backend: func(f backends.Family, masqBit int, obs conntrack.Observer) (backends.Backend, error) {
-			nft, err := nftables.New(nftables.Opts{Family: f, MasqueradeBit: masqBit})
-			if err != nil {
-				return nil, err
-			}
-			ct, err := conntrack.New(nft, conntrack.Opts{Family: f, Observer: obs})
-			if err != nil {
-				nft.Close()
-				return nil, err
-			}
-			return ct, nil
-		},
+		modes:          dataplane.Modes,
 		interfaceAddrs: node.InterfaceAddrs,
 		nodeWait:       30 * time.Second,
 		setupNode:      setupNodeKernel,
 		configRejected: sendConfigRejected,
 	}
+}
+
+// mode returns the row of e.modes of name.
+func (e env) mode(name v1alpha1.ProxyMode) (dataplane.Mode, error) {
+	for _, m := range e.modes {
+		if m.Name == name {
+			return m, nil
+		}
+	}
+	return dataplane.Mode{}, fmt.Errorf("proxy mode %q: not built into wasp", name)
 }
 
 // runFlags are wasp run's flags as given.
@@ -155,7 +147,7 @@ func (f *runFlags) add(cmd *cobra.Command) {
 	fs.StringVar(&f.moduleIdentity, "module-certificate-identity", "", "keyless: the identity (email or URI) whose signature every oci:// module must carry; with --module-certificate-oidc-issuer and --module-trusted-root")
 	fs.StringVar(&f.moduleIssuer, "module-certificate-oidc-issuer", "", "keyless: that identity's OIDC issuer")
 	fs.StringVar(&f.cacheDir, "cache-dir", defaultCacheDir(), `where compiled modules are cached across runs ("": no cache)`)
-	fs.StringVar(&f.proxyMode, "proxy-mode", string(v1alpha1.DefaultMode), "the dataplane; wasp implements nftables only")
+	fs.StringVar(&f.proxyMode, "proxy-mode", string(v1alpha1.DefaultMode), "the dataplane: nftables or iptables (with --config, the file's mode)")
 	fs.Int32Var(&f.oomScoreAdj, "oom-score-adj", v1alpha1.DefaultOOMScoreAdj, "the oom_score_adj of the wasp process, in [-1000, 1000]")
 	fs.Int32Var(&f.conntrackMaxPerCore, "conntrack-max-per-core", v1alpha1.DefaultConntrackMaxPerCore, "nf_conntrack_max per CPU core (0: leave the limit as it is, and ignore --conntrack-min)")
 	fs.Int32Var(&f.conntrackMin, "conntrack-min", v1alpha1.DefaultConntrackMin, "the least nf_conntrack_max, whatever --conntrack-max-per-core gives")
@@ -185,8 +177,11 @@ type runConfig struct {
 	clusterCIDRs         []netip.Prefix
 	nodePortPrimary      bool           // nodePortAddresses [primary]
 	nodePortCIDRs        []netip.Prefix // otherwise
+	mode                 v1alpha1.ProxyMode
 	masqueradeAll        bool
-	masqueradeBit        int
+	masqueradeBit        int  // of the mode's section
+	localhostNodePorts   bool // iptables
+	tcpBeLiberal         bool // the node sets nf_conntrack_tcp_be_liberal
 	syncPeriod           time.Duration
 	minSyncPeriod        time.Duration
 	configSyncPeriod     time.Duration     // not applied yet: the informers do not resync
@@ -303,13 +298,17 @@ func (f *runFlags) run(cmd *cobra.Command, e env) error {
 		return err
 	}
 	if c.cleanup {
-		return cleanup(ctx, e, c.families)
+		return cleanup(ctx, cmd.OutOrStdout(), e, c.families)
 	}
-	if err := setupNode(ctx, e, cfg); err != nil || c.initOnly {
+	m, err := e.mode(c.mode)
+	if err != nil {
+		return err
+	}
+	if err := setupNode(ctx, e, cfg, m); err != nil || c.initOnly {
 		return err
 	}
 	if f.configFile == "" {
-		return runProxy(ctx, e, c)
+		return runProxy(ctx, e, c, m)
 	}
 
 	wait, err := watchConfigFile(f.configFile)
@@ -326,7 +325,7 @@ func (f *runFlags) run(cmd *cobra.Command, e env) error {
 			cancel()
 		}
 	}()
-	err = runProxy(ctx, e, c)
+	err = runProxy(ctx, e, c, m)
 	cancel()
 	if werr := <-changed; werr != nil {
 		return werr
@@ -365,12 +364,12 @@ func sendConfigRejected(ctx context.Context, f *runFlags, rejected error) {
 }
 
 // setupNodeKernel is the node setup of a real node: kube-proxy's
-// conntrack sysctls and the kernel probes (host/nodesetup), then the
-// process's oom_score_adj. The report goes to the log (and, with
-// --init-only, that is all wasp does).
-func setupNodeKernel(ctx context.Context, c *v1alpha1.WaspConfiguration) error {
+// conntrack sysctls and the kernel probes of mode and conntrack
+// (host/nodesetup), then the process's oom_score_adj. The report goes to
+// the log (and, with --init-only, that is all wasp does).
+func setupNodeKernel(ctx context.Context, c *v1alpha1.WaspConfiguration, mode dataplane.Mode) error {
 	logger := klog.FromContext(ctx)
-	r, err := nodesetup.Run(ctx, nodesetup.Config{Conntrack: conntrackSettings(&c.Linux.Conntrack)})
+	r, err := nodesetup.Run(ctx, nodeSetupConfig(c, mode))
 	logger.Info("Node setup\n" + r.String())
 	if err != nil {
 		return err
@@ -383,6 +382,15 @@ func setupNodeKernel(ctx context.Context, c *v1alpha1.WaspConfiguration) error {
 		}
 	}
 	return nil
+}
+
+// nodeSetupConfig is the node setup of c: its conntrack settings, and the
+// probes of mode only (an iptables node need not pass nftables' probes).
+func nodeSetupConfig(c *v1alpha1.WaspConfiguration, mode dataplane.Mode) nodesetup.Config {
+	return nodesetup.Config{
+		Conntrack: conntrackSettings(&c.Linux.Conntrack),
+		Dataplane: func(ctx context.Context) []nodesetup.ProbeResult { return mode.Probe(ctx, "") },
+	}
 }
 
 // conntrackSettings converts the config's conntrack section; unset means
@@ -408,21 +416,21 @@ func conntrackSettings(c *v1alpha1.ConntrackConfiguration) nodesetup.Conntrack {
 	return ct
 }
 
-// setupNode runs e's node setup, if there is one.
-func setupNode(ctx context.Context, e env, c *v1alpha1.WaspConfiguration) error {
+// setupNode runs e's node setup for mode, if there is one.
+func setupNode(ctx context.Context, e env, c *v1alpha1.WaspConfiguration, mode dataplane.Mode) error {
 	if e.setupNode == nil {
 		klog.FromContext(ctx).V(2).Info("No node setup to do (sysctls, oom_score_adj are left as they are)")
 		return nil
 	}
-	if err := e.setupNode(ctx, c); err != nil {
+	if err := e.setupNode(ctx, c, mode); err != nil {
 		return fmt.Errorf("node setup: %w", err)
 	}
 	return nil
 }
 
-// runProxy runs the proxy until ctx is done.
-func runProxy(ctx context.Context, e env, c *runConfig) error {
-	logger := klog.FromContext(ctx).WithValues("node", c.nodeName)
+// runProxy runs the proxy of mode until ctx is done.
+func runProxy(ctx context.Context, e env, c *runConfig, mode dataplane.Mode) error {
+	logger := klog.FromContext(ctx).WithValues("node", c.nodeName, "mode", mode.Name)
 	ctx = klog.NewContext(ctx, logger)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -466,7 +474,10 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 	}
 	nodeAddrs := nc.PrimaryIPs(n, families)
 
-	mx := metrics.New(families...)
+	mx, err := metrics.NewWith(metrics.Options{Mode: mode.Metrics, Families: families})
+	if err != nil {
+		return err
+	}
 	rt, err := runtime.New(runtime.Config{CacheDir: c.cacheDir, Compiled: mx.ModuleCompiled, IsolateCompile: true})
 	if err != nil && c.cacheDir != "" {
 		// A cache that cannot be used (it is not private to wasp, or not
@@ -508,7 +519,8 @@ func runProxy(ctx context.Context, e env, c *runConfig) error {
 		}
 	}()
 	for _, f := range families {
-		b, err := e.backend(f, c.masqueradeBit, mx.Conntrack())
+		b, err := mode.New(ctx, dataplane.Opts{Family: f, MasqueradeBit: c.masqueradeBit, LocalhostNodePorts: c.localhostNodePorts,
+			TCPBeLiberal: c.tcpBeLiberal, Conntrack: mx.Conntrack(), Synced: mx.BackendSynced})
 		if err != nil {
 			return fmt.Errorf("%s: %w", familyName(f), err)
 		}

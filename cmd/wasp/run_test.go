@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,13 +20,15 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/wasp-proxy/wasp/backends"
-	"github.com/wasp-proxy/wasp/backends/conntrack"
 	backendfake "github.com/wasp-proxy/wasp/backends/fake"
 	"github.com/wasp-proxy/wasp/examples/cluster"
 	"github.com/wasp-proxy/wasp/host/chain"
 	"github.com/wasp-proxy/wasp/host/config"
 	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
+	"github.com/wasp-proxy/wasp/host/metrics"
+	"github.com/wasp-proxy/wasp/host/nodesetup"
 	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/internal/dataplane"
 	"github.com/wasp-proxy/wasp/internal/sigstoretest"
 	"github.com/wasp-proxy/wasp/modules"
 )
@@ -35,48 +39,91 @@ import (
 // eventually is a failure guard, not a timing assertion.
 const eventually = 2 * time.Minute
 
-// fakeEnv is an env over fake backends, remembering them by family.
+// fakeEnv is an env over fake backends, remembering them by family, and
+// fake modes, remembering which one each backend, probe and cleanup was of.
 type fakeEnv struct {
 	mu        sync.Mutex
 	backends  map[backends.Family]*backendfake.Fake
-	masqBits  map[backends.Family]int // the masquerade bit each run backend got
-	failClean backends.Family         // cleanup of this family fails
+	opts      map[backends.Family]dataplane.Opts // the options each run backend got
+	built     []v1alpha1.ProxyMode               // the mode of each backend built, in order
+	probed    []v1alpha1.ProxyMode               // the mode of each probe run
+	cleaned   []v1alpha1.ProxyMode               // the mode of each cleanup run
+	failClean backends.Family                    // the nftables cleanup of this family fails
 	setups    []*v1alpha1.WaspConfiguration
 	rejected  []error
 }
 
 func newFakeEnv() *fakeEnv {
-	return &fakeEnv{backends: map[backends.Family]*backendfake.Fake{}, masqBits: map[backends.Family]int{}}
+	return &fakeEnv{backends: map[backends.Family]*backendfake.Fake{}, opts: map[backends.Family]dataplane.Opts{}}
+}
+
+// get returns the fake backend of fam, made on first use.
+func (f *fakeEnv) get(fam backends.Family) (*backendfake.Fake, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fam == f.failClean {
+		return nil, errors.New("injected failure")
+	}
+	b := f.backends[fam]
+	if b == nil {
+		b = backendfake.New()
+		f.backends[fam] = b
+	}
+	return b, nil
+}
+
+// mode is the fake row of name: its backends are fakes, its probe and
+// cleanup are recorded; the nftables row cleans up the fake backends.
+func (f *fakeEnv) mode(name v1alpha1.ProxyMode) dataplane.Mode {
+	record := func(to *[]v1alpha1.ProxyMode) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		*to = append(*to, name)
+	}
+	return dataplane.Mode{
+		Name:    name,
+		Metrics: metrics.Mode(name),
+		New: func(_ context.Context, o dataplane.Opts) (backends.Backend, error) {
+			record(&f.built)
+			f.mu.Lock()
+			f.opts[o.Family] = o
+			f.mu.Unlock()
+			return f.get(o.Family)
+		},
+		Probe: func(context.Context, string) []nodesetup.ProbeResult {
+			record(&f.probed)
+			return []nodesetup.ProbeResult{{Name: string(name), Outcome: nodesetup.Supported}}
+		},
+		CleanupLeftovers: func(ctx context.Context, _ string, families []backends.Family) error {
+			record(&f.cleaned)
+			if name != v1alpha1.ProxyModeNFTables {
+				return nil
+			}
+			var errs []error
+			for _, fam := range families {
+				b, err := f.get(fam)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", fam, err))
+					continue
+				}
+				errs = append(errs, b.Cleanup(ctx), b.Close())
+			}
+			return errors.Join(errs...)
+		},
+		Leftovers: string(name) + " leftovers",
+	}
 }
 
 func (f *fakeEnv) env() env {
-	get := func(fam backends.Family) (backends.Backend, error) {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if fam == f.failClean {
-			return nil, errors.New("injected failure")
-		}
-		b := f.backends[fam]
-		if b == nil {
-			b = backendfake.New()
-			f.backends[fam] = b
-		}
-		return b, nil
-	}
 	return env{
-		dataplane: get,
-		backend: func(fam backends.Family, masqBit int, _ conntrack.Observer) (backends.Backend, error) {
-			f.mu.Lock()
-			f.masqBits[fam] = masqBit
-			f.mu.Unlock()
-			return get(fam)
-		},
+		modes: []dataplane.Mode{f.mode(v1alpha1.ProxyModeNFTables), f.mode(v1alpha1.ProxyModeIPTables)},
 		configRejected: func(_ context.Context, _ *runFlags, err error) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			f.rejected = append(f.rejected, err)
 		},
-		setupNode: func(_ context.Context, c *v1alpha1.WaspConfiguration) error {
+		setupNode: func(ctx context.Context, c *v1alpha1.WaspConfiguration, m dataplane.Mode) error {
+			m.Probe(ctx, "")
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			f.setups = append(f.setups, c)
@@ -139,7 +186,7 @@ func TestRunFlagErrors(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"iptables mode", []string{"--proxy-mode", "iptables"}, []string{`--proxy-mode: mode: Invalid value: "iptables": not implemented by wasp: use nftables`}},
+		{"ipvs mode", []string{"--proxy-mode", "ipvs"}, []string{`--proxy-mode: mode: Invalid value: "ipvs": not implemented by wasp: use nftables or iptables`}},
 		{"unknown mode", []string{"--proxy-mode", "userspace"}, []string{`--proxy-mode: mode: Unsupported value: "userspace"`}},
 		{"source and kubeconfig", []string{"--source", "x.yaml", "--kubeconfig", "k"}, []string{"--source and --kubeconfig"}},
 		{"source and master", []string{"--source", "x.yaml", "--master", "https://a"}, []string{"--source and --master"}},
@@ -222,7 +269,7 @@ func TestRunFlagsConfig(t *testing.T) {
 	}{
 		{"defaults", nil, runConfig{
 			config: defaults(), qps: 5, burst: 10, contentType: "application/vnd.kubernetes.protobuf",
-			nodeName: "worker-1", sourcePoll: time.Second, ipFamilyPolicy: "PreferDualStack", nodePortPrimary: true, masqueradeBit: 14,
+			nodeName: "worker-1", sourcePoll: time.Second, ipFamilyPolicy: "PreferDualStack", nodePortPrimary: true, mode: "nftables", masqueradeBit: 14,
 			syncPeriod: 30 * time.Second, minSyncPeriod: time.Second, configSyncPeriod: 15 * time.Minute,
 			healthzBindAddress: "0.0.0.0:10256", metricsBindAddress: "127.0.0.1:10249",
 		}},
@@ -239,7 +286,7 @@ func TestRunFlagsConfig(t *testing.T) {
 			nodeIPs:       []netip.Addr{netip.MustParseAddr("2001:db8::1")},
 			clusterCIDRs:  []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")},
 			nodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::/0")},
-			masqueradeAll: true, masqueradeBit: 14, syncPeriod: time.Minute, configSyncPeriod: time.Hour,
+			mode: "nftables", masqueradeAll: true, masqueradeBit: 14, syncPeriod: time.Minute, configSyncPeriod: time.Hour,
 			metricsBindAddress: "[::1]:9999", profilingBindAddress: "127.0.0.1:6060",
 			families: []backends.Family{backends.IPv4, backends.IPv6},
 			specs: []chain.Spec{
@@ -247,6 +294,15 @@ func TestRunFlagsConfig(t *testing.T) {
 				{Stage: 1, Source: "file:///m/t.wasm", Limits: runtime.Limits{MemoryBytes: 256 << 20, Timeout: 2 * time.Second}},
 			},
 			cleanup: true, initOnly: true,
+		}},
+		{"iptables", []string{"--proxy-mode", "iptables", "--conntrack-tcp-be-liberal"}, runConfig{
+			qps: 5, burst: 10, contentType: "application/vnd.kubernetes.protobuf",
+			nodeName: "worker-1", sourcePoll: time.Second, ipFamilyPolicy: "PreferDualStack",
+			// iptables' default: every local address.
+			nodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")},
+			mode:          "iptables", masqueradeBit: 14, tcpBeLiberal: true,
+			syncPeriod: 30 * time.Second, minSyncPeriod: time.Second, configSyncPeriod: 15 * time.Minute,
+			healthzBindAddress: "0.0.0.0:10256", metricsBindAddress: "127.0.0.1:10249",
 		}},
 	}
 	for _, tc := range tests {
@@ -331,19 +387,30 @@ func TestCleanup(t *testing.T) {
 		{"both families", []string{"cleanup"}, 0, []backends.Family{backends.IPv4, backends.IPv6}, ""},
 		{"one family", []string{"cleanup", "--ip-families", "ipv6"}, 0, []backends.Family{backends.IPv6}, ""},
 		{"run --cleanup", []string{"run", "--cleanup", "--hostname-override", "x"}, 0, []backends.Family{backends.IPv4, backends.IPv6}, ""},
-		{"a family fails, the other is cleaned", []string{"cleanup"}, backends.IPv4, []backends.Family{backends.IPv6}, "cleanup IPv4: injected failure"},
+		{"a family fails, the other is cleaned", []string{"cleanup"}, backends.IPv4, []backends.Family{backends.IPv6}, "cleanup nftables: ipv4: injected failure"},
 		{"bad family", []string{"cleanup", "--ip-families", "ip6"}, 0, nil, `--ip-families "ip6"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			fe := newFakeEnv()
 			fe.failClean = tc.fail
-			_, err := execute(t, fe.env(), nil, tc.args...)
+			out, err := execute(t, fe.env(), nil, tc.args...)
 			if tc.wantErr == "" && err != nil {
 				t.Fatal(err)
 			}
 			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Fatalf("got error %v, want one containing %q", err, tc.wantErr)
+			}
+			if tc.want != nil {
+				// Every mode cleans up, whatever the configured one, and
+				// says what it removed (but for the nftables mode, when
+				// it failed).
+				if !slices.Equal(fe.cleaned, []v1alpha1.ProxyMode{"nftables", "iptables"}) {
+					t.Errorf("modes cleaned up: %v, want nftables and iptables", fe.cleaned)
+				}
+				if !strings.Contains(out, "iptables: removed iptables leftovers") || strings.Contains(out, "nftables: removed") != (tc.fail == 0) {
+					t.Errorf("output %q does not say what each mode removed", out)
+				}
 			}
 			for _, fam := range []backends.Family{backends.IPv4, backends.IPv6} {
 				b := fe.backend(fam)
@@ -357,6 +424,75 @@ func TestCleanup(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRunModes: the configured mode builds the backends and is the only
+// one probed: its name from --proxy-mode without --config; from the file
+// with it (a kube-proxy file without a mode runs iptables), where
+// --proxy-mode, as every flag that sets a field, is ignored with a
+// warning, as kube-proxy does.
+func TestRunModes(t *testing.T) {
+	kubeProxy := func(mode string) string {
+		return writeFile(t, "kp.yaml", "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nhealthzBindAddress: \"\"\nmetricsBindAddress: \"\"\n"+mode)
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		want    v1alpha1.ProxyMode
+		warning string
+	}{
+		{"default", nil, "nftables", ""},
+		{"flag", []string{"--proxy-mode", "iptables"}, "iptables", ""},
+		{"flag nftables", []string{"--proxy-mode", "nftables"}, "nftables", ""},
+		{"kube-proxy file without a mode", []string{"--config", kubeProxy("")}, "iptables", ""},
+		{"kube-proxy file of iptables", []string{"--config", kubeProxy("mode: iptables\n")}, "iptables", ""},
+		{"kube-proxy file of nftables, flag ignored", []string{"--config", kubeProxy("mode: nftables\n"), "--proxy-mode", "iptables"}, "nftables",
+			"--proxy-mode is ignored: --config is given (set mode in the file)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fe := newFakeEnv()
+			synced := func() bool {
+				b := fe.backend(backends.IPv4)
+				return b != nil && b.Counts().Syncs > 0
+			}
+			args := append([]string{"run", "--source", sample(t), "--hostname-override", "node-a", "--ip-families", "ipv4",
+				"--healthz-bind-address", "", "--metrics-bind-address", ""}, tc.args...)
+			out, err := execute(t, fe.env(), synced, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !synced() {
+				t.Fatal("the backend never synced")
+			}
+			fe.mu.Lock()
+			defer fe.mu.Unlock()
+			if !slices.Equal(fe.built, []v1alpha1.ProxyMode{tc.want}) || !slices.Equal(fe.probed, []v1alpha1.ProxyMode{tc.want}) {
+				t.Errorf("backends built in modes %v, probes of %v; want %s alone", fe.built, fe.probed, tc.want)
+			}
+			if tc.warning != "" && !strings.Contains(out, tc.warning) {
+				t.Errorf("output %q lacks %q", out, tc.warning)
+			}
+		})
+	}
+}
+
+// TestNodeSetupProbesTheMode: the node setup probes the configured mode
+// only, so that an iptables node without nftables passes it.
+func TestNodeSetupProbesTheMode(t *testing.T) {
+	for _, mode := range []v1alpha1.ProxyMode{"nftables", "iptables"} {
+		fe := newFakeEnv()
+		m, err := fe.env().mode(mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &v1alpha1.WaspConfiguration{Mode: mode}
+		config.Default(c)
+		got := nodeSetupConfig(c, m).Dataplane(context.Background())
+		if len(got) != 1 || got[0].Name != string(mode) || !slices.Equal(fe.probed, []v1alpha1.ProxyMode{mode}) {
+			t.Errorf("%s: probes %+v of modes %v, want the %s probe alone", mode, got, fe.probed, mode)
+		}
 	}
 }
 
@@ -627,8 +763,8 @@ func TestRunConfigFile(t *testing.T) {
 	}
 	fe.mu.Lock()
 	defer fe.mu.Unlock()
-	if fe.masqBits[backends.IPv4] != 15 || fe.masqBits[backends.IPv6] != 15 {
-		t.Errorf("masquerade bits %v, want the file's 15", fe.masqBits)
+	if fe.opts[backends.IPv4].MasqueradeBit != 15 || fe.opts[backends.IPv6].MasqueradeBit != 15 {
+		t.Errorf("backend options %+v, want the file's masquerade bit 15", fe.opts)
 	}
 	if len(fe.setups) != 1 {
 		t.Errorf("%d node setups, want 1", len(fe.setups))

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"net/netip"
 	"strings"
 
@@ -11,22 +10,19 @@ import (
 	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
 )
 
-// modeUnsetWarning is the warning of a KubeProxyConfiguration without a
-// mode: kube-proxy would have run iptables.
-const modeUnsetWarning = `mode: not set; kube-proxy would run iptables, wasp runs nftables ` +
-	`(NodePorts answer on the node's primary IPs unless nodePortAddresses says otherwise, and never on localhost)`
-
 // modeConvertedWarning is the warning of a KubeProxyConfiguration of the
-// iptables or ipvs mode (%s), which wasp converts to nftables.
-const modeConvertedWarning = `mode: %q: wasp runs nftables (kube-proxy's own rules are removed with kube-proxy --cleanup; ` +
+// ipvs mode, which wasp converts to nftables (KEP-5495).
+const modeConvertedWarning = `mode: "ipvs": wasp runs nftables (kube-proxy's own rules are removed with kube-proxy --cleanup; ` +
 	`NodePorts answer on the node's primary IPs unless nodePortAddresses says otherwise, and never on localhost)`
 
 // fromKubeProxy converts a KubeProxyConfiguration to a WaspConfiguration:
 // kube-proxy's defaults first, for the fields in is without, as kube-proxy
 // would apply them, then the conversion of KEP-784's v1alpha2 (the
 // per-mode sync periods and masqueradeAll chosen by mode, clusterCIDR
-// split, bindAddress as nodeIPOverride). The fields wasp does not use are
-// warnings. in is defaulted in place.
+// split, bindAddress as nodeIPOverride). The mode is kept: no mode is
+// kube-proxy's default, iptables; ipvs becomes nftables, its successor
+// (KEP-5495). The fields wasp does not use are warnings. in is defaulted
+// in place.
 func fromKubeProxy(in *kubeproxy.Configuration) (*v1alpha1.WaspConfiguration, Warnings) {
 	var w Warnings
 	kubeproxy.SetDefaults(in)
@@ -75,18 +71,16 @@ func fromKubeProxy(in *kubeproxy.Configuration) (*v1alpha1.WaspConfiguration, Wa
 	// kube-proxy's platform defaults, then the sections mode chooses.
 	switch v1alpha1.ProxyMode(in.Mode) {
 	case "":
-		out.Mode = v1alpha1.ProxyModeNFTables
-		w = append(w, modeUnsetWarning)
-	case v1alpha1.ProxyModeIPTables, v1alpha1.ProxyModeIPVS:
+		// What the operator had, they keep: kube-proxy's default mode.
+		in.Mode = string(v1alpha1.ProxyModeIPTables)
+		out.Mode = v1alpha1.ProxyModeIPTables
+	case v1alpha1.ProxyModeIPVS:
 		// The node moves to nftables with wasp: converting is the
 		// migration's first step, not a config wasp could not run.
 		out.Mode = v1alpha1.ProxyModeNFTables
-		w = append(w, fmt.Sprintf(modeConvertedWarning, in.Mode))
+		w = append(w, modeConvertedWarning, `mode: "ipvs" is deprecated (KEP-5495): its successor is nftables`)
 		// The bit the node's other packet handlers already leave alone.
 		out.NFTables.MasqueradeBit = in.IPTables.MasqueradeBit
-		if in.Mode == string(v1alpha1.ProxyModeIPVS) {
-			w = append(w, `mode: "ipvs" is deprecated (KEP-5495): its successor is nftables`)
-		}
 	}
 	if in.DetectLocalMode == "" {
 		out.DetectLocalMode = v1alpha1.LocalModeClusterCIDR
@@ -107,7 +101,9 @@ func fromKubeProxy(in *kubeproxy.Configuration) (*v1alpha1.WaspConfiguration, Wa
 		out.Linux.MasqueradeAll = in.IPTables.MasqueradeAll
 	}
 	if len(out.NodePortAddresses) == 0 {
-		out.NodePortAddresses = []string{v1alpha1.NodePortAddressesPrimary}
+		// kube-proxy's default by mode: nftables answers on the primary
+		// IPs, iptables on every local address.
+		out.NodePortAddresses = v1alpha1.DefaultNodePortAddresses(out.Mode)
 	}
 	if in.ClusterCIDR != "" {
 		out.DetectLocal.ClusterCIDRs = strings.Split(in.ClusterCIDR, ",")

@@ -3,6 +3,8 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -174,4 +176,56 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("loaded back differently:\n%s\nfirst  %+v\nsecond %+v", out, c, back)
 		}
 	})
+}
+
+// TestModeDefaults: the mode a file asks for is the one wasp runs, with
+// that mode's kube-proxy defaults, and it survives being written out: a
+// kube-proxy file without a mode runs iptables, as kube-proxy; wasp's own
+// file without one runs nftables; ipvs becomes nftables with a warning.
+func TestModeDefaults(t *testing.T) {
+	all, primary := []string{"0.0.0.0/0", "::/0"}, []string{"primary"}
+	tests := []struct {
+		name          string
+		file          string
+		mode          v1alpha1.ProxyMode
+		nodePorts     []string
+		localhostNP   bool
+		warning       string
+		masqueradeBit int32 // of the mode's section
+	}{
+		{"wasp, no mode", waspHeader, "nftables", primary, false, "", 14},
+		{"wasp, iptables", waspHeader + "mode: iptables\niptables:\n  masqueradeBit: 12\n", "iptables", all, false, "", 12},
+		{"wasp, iptables, its own addresses", waspHeader + "mode: iptables\nnodePortAddresses: [primary]\n", "iptables", primary, false, "", 14},
+		{"kube-proxy, no mode", kubeProxyHeader, "iptables", all, true, "", 14},
+		{"kube-proxy, iptables", kubeProxyHeader + "mode: iptables\niptables:\n  localhostNodePorts: false\n", "iptables", all, false, "", 14},
+		{"kube-proxy, nftables", kubeProxyHeader + "mode: nftables\n", "nftables", primary, true, "", 14},
+		{"kube-proxy, ipvs", kubeProxyHeader + "mode: ipvs\niptables:\n  masqueradeBit: 11\n", "nftables", primary, true, `mode: "ipvs": wasp runs nftables`, 11},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, w, err := Load([]byte(tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.warning == "" && len(w) > 0 || tc.warning != "" && (len(w) == 0 || !strings.Contains(w[0], tc.warning)) {
+				t.Errorf("warnings %q, want %q", w, tc.warning)
+			}
+			bit := *c.NFTables.MasqueradeBit
+			if c.Mode == v1alpha1.ProxyModeIPTables {
+				bit = *c.IPTables.MasqueradeBit
+			}
+			if c.Mode != tc.mode || !slices.Equal(c.NodePortAddresses, tc.nodePorts) || *c.IPTables.LocalhostNodePorts != tc.localhostNP || bit != tc.masqueradeBit {
+				t.Errorf("mode %s, nodePortAddresses %q, localhostNodePorts %v, masqueradeBit %d; want %s, %q, %v, %d",
+					c.Mode, c.NodePortAddresses, *c.IPTables.LocalhostNodePorts, bit, tc.mode, tc.nodePorts, tc.localhostNP, tc.masqueradeBit)
+			}
+			out, err := Marshal(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, w, err := Load(out)
+			if err != nil || len(w) > 0 || !reflect.DeepEqual(back, c) {
+				t.Errorf("written and read back: %+v, %q, %v\nwant %+v", back, w, err, c)
+			}
+		})
+	}
 }

@@ -55,14 +55,12 @@ func Validate(c *v1alpha1.WaspConfiguration) (Warnings, field.ErrorList) {
 
 	mode := field.NewPath("mode")
 	switch c.Mode {
-	case "", v1alpha1.ProxyModeNFTables:
+	case "", v1alpha1.ProxyModeNFTables, v1alpha1.ProxyModeIPTables:
 	case v1alpha1.ProxyModeIPVS:
 		warn(mode, `"ipvs" is deprecated (KEP-5495): use nftables`)
-		fallthrough
-	case v1alpha1.ProxyModeIPTables:
-		errs = append(errs, field.Invalid(mode, c.Mode, "not implemented by wasp: use nftables"))
+		errs = append(errs, field.Invalid(mode, c.Mode, "not implemented by wasp: use nftables or iptables"))
 	default:
-		errs = append(errs, field.NotSupported(mode, c.Mode, []v1alpha1.ProxyMode{v1alpha1.ProxyModeNFTables}))
+		errs = append(errs, field.NotSupported(mode, c.Mode, []v1alpha1.ProxyMode{v1alpha1.ProxyModeNFTables, v1alpha1.ProxyModeIPTables}))
 	}
 
 	if c.SyncPeriod.Duration <= 0 {

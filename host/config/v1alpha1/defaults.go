@@ -74,7 +74,7 @@ func SetDefaults(c *WaspConfiguration) {
 		c.DetectLocalMode = DefaultDetectLocalMode
 	}
 	if len(c.NodePortAddresses) == 0 {
-		c.NodePortAddresses = []string{NodePortAddressesPrimary}
+		c.NodePortAddresses = DefaultNodePortAddresses(c.Mode)
 	}
 
 	healthz, metrics := DefaultHealthzBindAddress, DefaultMetricsBindAddress
@@ -129,6 +129,16 @@ func SetDefaults(c *WaspConfiguration) {
 	if len(c.Modules) == 0 {
 		c.Modules = nil
 	}
+}
+
+// DefaultNodePortAddresses returns the nodePortAddresses of mode when
+// none are given, kube-proxy's: the node's primary IPs for nftables, every
+// local address (0.0.0.0/0 and ::/0) for iptables.
+func DefaultNodePortAddresses(mode ProxyMode) []string {
+	if mode == ProxyModeIPTables {
+		return []string{"0.0.0.0/0", "::/0"}
+	}
+	return []string{NodePortAddressesPrimary}
 }
 
 func setDuration(d *metav1.Duration, def time.Duration) {

@@ -25,7 +25,9 @@ type WaspConfiguration struct {
 	// PreferDualStack.
 	IPFamilyPolicy IPFamilyPolicy `json:"ipFamilyPolicy,omitempty"`
 
-	// Mode is the dataplane. Default nftables, the only one wasp implements.
+	// Mode is the dataplane: nftables or iptables. Default nftables. (A
+	// KubeProxyConfiguration without a mode converts to iptables, as
+	// kube-proxy runs it.)
 	Mode ProxyMode `json:"mode,omitempty"`
 	// SyncPeriod is how often the dataplane is fully resynced, and how
 	// long after a failed sync it is retried. Must be greater than 0.
@@ -44,7 +46,9 @@ type WaspConfiguration struct {
 	// DetectLocal holds the settings of DetectLocalMode.
 	DetectLocal DetectLocalConfiguration `json:"detectLocal"`
 	// NodePortAddresses are where NodePorts answer: ["primary"] (the
-	// node's primary IP of each family) or CIDRs. Default ["primary"].
+	// node's primary IP of each family) or CIDRs (0.0.0.0/0 and ::/0:
+	// every local address). Default by mode, as kube-proxy: ["primary"]
+	// for nftables, every local address for iptables.
 	NodePortAddresses []string `json:"nodePortAddresses,omitempty"`
 
 	// HealthzBindAddress is the IP:port of /healthz and /livez; "" serves
@@ -75,8 +79,7 @@ type WaspConfiguration struct {
 
 	// NFTables holds the settings of the nftables dataplane.
 	NFTables NFTablesConfiguration `json:"nftables"`
-	// IPTables holds the settings of the iptables dataplane (not
-	// implemented by wasp; kept so that a kube-proxy file converts whole).
+	// IPTables holds the settings of the iptables dataplane.
 	IPTables IPTablesConfiguration `json:"iptables"`
 	// IPVS holds the settings of the IPVS dataplane (not implemented by
 	// wasp; kept so that a kube-proxy file converts whole).
@@ -118,7 +121,8 @@ type ClientConnectionConfiguration struct {
 // ProxyMode is a dataplane.
 type ProxyMode string
 
-// The proxy modes of kube-proxy on Linux. wasp implements nftables.
+// The proxy modes of kube-proxy on Linux. wasp implements nftables and
+// iptables.
 const (
 	ProxyModeNFTables ProxyMode = "nftables"
 	ProxyModeIPTables ProxyMode = "iptables"
@@ -219,7 +223,11 @@ type IPTablesConfiguration struct {
 	// MasqueradeBit is the bit of the packet mark that asks for
 	// masquerading, in [0, 31]. Default 14.
 	MasqueradeBit *int32 `json:"masqueradeBit,omitempty"`
-	// LocalhostNodePorts lets NodePorts answer on 127.0.0.1. Default false.
+	// LocalhostNodePorts lets IPv4 NodePorts answer on 127.0.0.0/8 too
+	// (it sets net.ipv4.conf.all.route_localnet), when nodePortAddresses
+	// allow every local address or an IPv4 loopback one. Default false
+	// (KEP-784's default; a KubeProxyConfiguration converts with
+	// kube-proxy's, true).
 	LocalhostNodePorts *bool `json:"localhostNodePorts,omitempty"`
 }
 

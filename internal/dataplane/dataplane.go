@@ -1,0 +1,197 @@
+// Package dataplane is wasp's table of proxy modes: for each mode a node
+// can run (kube-proxy's names: nftables, iptables), the constructor of its
+// backend, the kernel probe of its node setup, the cleanup of what it
+// leaves behind, and the mode whose upstream metric series it exports.
+// cmd/wasp picks the row of the configured mode; wasp cleanup runs the
+// cleanup of every row.
+//
+// It is the one package besides cmd/ that imports both the backends and
+// host/: host/ never imports a backend (RATIONALE.md), and the table is
+// wiring, shared by the commands.
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/backends/conntrack"
+	"github.com/wasp-proxy/wasp/backends/iptables"
+	"github.com/wasp-proxy/wasp/backends/nftables"
+	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
+	"github.com/wasp-proxy/wasp/host/metrics"
+	"github.com/wasp-proxy/wasp/host/nodesetup"
+)
+
+// Opts configure the backend of one family. The fields mean what those of
+// the backends' own Opts of the same name mean; a mode ignores those it
+// has no use for (nftables: LocalhostNodePorts, which upstream's nftables
+// mode never serves; TCPBeLiberal; FullSyncPeriod, as it diffs against
+// what it programmed).
+type Opts struct {
+	Family             backends.Family // required
+	NetNS              string          // optional
+	MasqueradeBit      int             // optional: 0 is the mode's default, 14
+	LocalhostNodePorts bool            // optional
+	TCPBeLiberal       bool            // optional
+	FullSyncPeriod     time.Duration   // optional
+	// Conntrack is told about the conntrack cleaner's work, for metrics.
+	// Optional.
+	Conntrack conntrack.Observer
+	// Synced is told about every Sync of the backend, for the mode's
+	// metric series (metrics.Metrics.BackendSynced). Optional.
+	Synced func(metrics.BackendSync)
+}
+
+// Mode is one row of the table.
+type Mode struct {
+	// Name is the mode, as the configuration's mode spells it.
+	Name v1alpha1.ProxyMode
+	// Metrics is the mode of the upstream metric series it exports.
+	Metrics metrics.Mode
+	// New returns the backend of o.Family, wrapped in the conntrack
+	// cleaner, which clears the stale UDP entries of every change.
+	New func(ctx context.Context, o Opts) (backends.Backend, error)
+	// Probe asks the kernel, in the network namespace at netns, for what
+	// the mode needs; the node setup (start-up and --init-only) runs only
+	// the chosen mode's.
+	Probe func(ctx context.Context, netns string) []nodesetup.ProbeResult
+	// CleanupLeftovers removes, in the network namespace at netns, what
+	// wasp left behind in this mode: of families, or of both where the
+	// mode cleans both at once (iptables). Nothing left is no error.
+	CleanupLeftovers func(ctx context.Context, netns string, families []backends.Family) error
+	// Leftovers says, for people, what CleanupLeftovers removes.
+	Leftovers string
+}
+
+// Modes is the table, nftables first.
+var Modes = []Mode{
+	{
+		Name:    v1alpha1.ProxyModeNFTables,
+		Metrics: metrics.NFTables,
+		New:     newNFTables,
+		Probe:   nodesetup.NFTablesProbes,
+		CleanupLeftovers: func(ctx context.Context, netns string, families []backends.Family) error {
+			var errs []error
+			for _, f := range families {
+				b, err := nftables.New(nftables.Opts{Family: f, NetNS: netns})
+				if err != nil {
+					errs = append(errs, fmt.Errorf("nftables %s: %w", f, err))
+					continue
+				}
+				errs = append(errs, b.Cleanup(ctx), b.Close())
+			}
+			return errors.Join(errs...)
+		},
+		Leftovers: `the nftables tables "ip ` + nftables.DefaultTable + `" and "ip6 ` + nftables.DefaultTable + `"`,
+	},
+	{
+		Name:    v1alpha1.ProxyModeIPTables,
+		Metrics: metrics.IPTables,
+		New:     newIPTables,
+		Probe:   probeIPTables,
+		CleanupLeftovers: func(ctx context.Context, netns string, _ []backends.Family) error {
+			return iptables.CleanupLeftovers(ctx, netns)
+		},
+		Leftovers: "the " + iptables.Prefix + "* chains and the jumps to them in the filter and nat tables of iptables and ip6tables, nft and legacy variants",
+	},
+}
+
+// Lookup returns the row of mode.
+func Lookup(mode v1alpha1.ProxyMode) (Mode, error) {
+	var names []string
+	for _, m := range Modes {
+		if m.Name == mode {
+			return m, nil
+		}
+		names = append(names, string(m.Name))
+	}
+	return Mode{}, fmt.Errorf("proxy mode %q: wasp runs %v", mode, names)
+}
+
+func newNFTables(_ context.Context, o Opts) (backends.Backend, error) {
+	b, err := nftables.New(nftables.Opts{Family: o.Family, NetNS: o.NetNS, MasqueradeBit: o.MasqueradeBit})
+	if err != nil {
+		return nil, err
+	}
+	return withConntrack(b, o)
+}
+
+func newIPTables(ctx context.Context, o Opts) (backends.Backend, error) {
+	b, err := iptables.New(ctx, iptables.Opts{Family: o.Family, NetNS: o.NetNS, MasqueradeBit: o.MasqueradeBit,
+		LocalhostNodePorts: o.LocalhostNodePorts, TCPBeLiberal: o.TCPBeLiberal, FullSyncPeriod: o.FullSyncPeriod})
+	if err != nil {
+		return nil, err
+	}
+	return withConntrack(reportIPTables(b, o), o)
+}
+
+// withConntrack wraps b in the conntrack cleaner, closing b when it
+// cannot.
+func withConntrack(b backends.Backend, o Opts) (backends.Backend, error) {
+	ct, err := conntrack.New(b, conntrack.Opts{Family: o.Family, NetNS: o.NetNS, Observer: o.Conntrack})
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	return ct, nil
+}
+
+// iptablesSyncer is what reportIPTables needs of an iptables backend.
+type iptablesSyncer interface {
+	backends.Backend
+	LastSync() iptables.SyncInfo
+}
+
+// reportIPTables returns b telling o.Synced about every Sync: full or
+// partial, the rules it owns, and whether its restore failed.
+func reportIPTables(b iptablesSyncer, o Opts) backends.Backend {
+	if o.Synced == nil {
+		return b
+	}
+	return &iptablesReporter{iptablesSyncer: b, family: o.Family, synced: o.Synced}
+}
+
+type iptablesReporter struct {
+	iptablesSyncer
+	family backends.Family
+	synced func(metrics.BackendSync)
+}
+
+var _ backends.Backend = (*iptablesReporter)(nil)
+
+func (r *iptablesReporter) Sync(ctx context.Context, s *backends.State) error {
+	err := r.iptablesSyncer.Sync(ctx, s)
+	r.synced(iptablesSync(r.family, r.LastSync(), err))
+	return err
+}
+
+// iptablesSync is the report of a Sync that returned err, info being
+// LastSync's after it (which describes the last Sync that succeeded).
+func iptablesSync(f backends.Family, info iptables.SyncInfo, err error) metrics.BackendSync {
+	if err != nil {
+		partial := errors.Is(err, iptables.ErrPartialRestore)
+		return metrics.BackendSync{Family: f, Full: !partial, RestoreFailed: errors.Is(err, iptables.ErrRestore), Partial: partial}
+	}
+	return metrics.BackendSync{Family: f, Full: info.Full, Rules: info.Rules}
+}
+
+// probeIPTables is the iptables mode's probe, in nodesetup's terms: a
+// node without a usable iptables (its binaries, the variant the node
+// uses, a nat table) cannot run the mode.
+func probeIPTables(ctx context.Context, netns string) []nodesetup.ProbeResult {
+	r := nodesetup.ProbeResult{Name: "iptables", Checks: "iptables-restore of the variant the node uses, and its nat table",
+		Outcome: nodesetup.Supported}
+	err := iptables.Probe(ctx, netns)
+	switch {
+	case err == nil:
+	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES), ctx.Err() != nil:
+		r.Outcome, r.Reason = nodesetup.Inconclusive, err.Error()
+	default:
+		r.Outcome, r.Reason = nodesetup.NotSupported, err.Error()
+	}
+	return []nodesetup.ProbeResult{r}
+}
