@@ -234,8 +234,10 @@ func newRunCommand(e env) *cobra.Command {
 		Short: "Run the proxy: program this node's dataplane from a cluster or a snapshot",
 		Long: `run is wasp's main job, kube-proxy's replacement. It watches Services,
 EndpointSlices, ServiceCIDRs and its Node, runs the module chain over every
-service port, and programs nftables (table "wasp", one per IP family) until
-SIGTERM or SIGINT. On exit the dataplane stays in place, so that traffic keeps
+service port, and programs the dataplane of the configured mode until
+SIGTERM or SIGINT: nftables (table "wasp", one per IP family; wasp's
+default) or iptables (WASP- chains, kube-proxy's default mode, and what a
+kube-proxy configuration without a mode runs). On exit the dataplane stays in place, so that traffic keeps
 flowing while wasp restarts; wasp cleanup removes it.
 
 The configuration is the file of --config (wasp's WaspConfiguration, or
