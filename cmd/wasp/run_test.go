@@ -286,7 +286,7 @@ func TestRunFlagsConfig(t *testing.T) {
 			nodeIPs:       []netip.Addr{netip.MustParseAddr("2001:db8::1")},
 			clusterCIDRs:  []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")},
 			nodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::/0")},
-			mode: "nftables", masqueradeAll: true, masqueradeBit: 14, syncPeriod: time.Minute, configSyncPeriod: time.Hour,
+			mode:          "nftables", masqueradeAll: true, masqueradeBit: 14, syncPeriod: time.Minute, configSyncPeriod: time.Hour,
 			metricsBindAddress: "[::1]:9999", profilingBindAddress: "127.0.0.1:6060",
 			families: []backends.Family{backends.IPv4, backends.IPv6},
 			specs: []chain.Spec{

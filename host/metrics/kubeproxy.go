@@ -79,11 +79,11 @@ func newKubeProxy(reg prometheus.Registerer) kubeProxy {
 			WithLabelValues(),
 		serviceChangesTotal: f.counter("sync_proxy_rules_service_changes_total", "Cumulative proxy rules Service changes").
 			WithLabelValues(),
-		noLocalEndpoints:        f.gauge("sync_proxy_rules_no_local_endpoints_total", "Number of services with a Local traffic policy and no endpoints", labelIPFamily, labelTrafficPolicy),
-		healthzTotal:            f.counter("proxy_healthz_total", "Cumulative proxy healthz HTTP status", labelCode),
-		livezTotal:              f.counter("proxy_livez_total", "Cumulative proxy livez HTTP status", labelCode),
-		conntrackDuration:       f.histogram("conntrack_reconciler_sync_duration_seconds", "ReconcileConntrackFlowsLatency latency in seconds", syncBuckets, family...),
-		conntrackDeleted:        f.counter("conntrack_reconciler_deleted_entries_total", "Cumulative conntrack flows deleted by conntrack reconciler", family...),
+		noLocalEndpoints:  f.gauge("sync_proxy_rules_no_local_endpoints_total", "Number of services with a Local traffic policy and no endpoints", labelIPFamily, labelTrafficPolicy),
+		healthzTotal:      f.counter("proxy_healthz_total", "Cumulative proxy healthz HTTP status", labelCode),
+		livezTotal:        f.counter("proxy_livez_total", "Cumulative proxy livez HTTP status", labelCode),
+		conntrackDuration: f.histogram("conntrack_reconciler_sync_duration_seconds", "ReconcileConntrackFlowsLatency latency in seconds", syncBuckets, family...),
+		conntrackDeleted:  f.counter("conntrack_reconciler_deleted_entries_total", "Cumulative conntrack flows deleted by conntrack reconciler", family...),
 	}
 }
 
