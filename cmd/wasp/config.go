@@ -300,7 +300,7 @@ func newRunConfig(c *v1alpha1.WaspConfiguration, f *runFlags, hostname func() (s
 		mode:                 c.Mode,
 		masqueradeAll:        c.Linux.MasqueradeAll,
 		masqueradeBit:        int(*c.NFTables.MasqueradeBit),
-		localhostNodePorts:   c.Mode == v1alpha1.ProxyModeIPTables && *c.IPTables.LocalhostNodePorts,
+		localhostNodePorts:   localhostNodePorts(c),
 		tcpBeLiberal:         c.Linux.Conntrack.TCPBeLiberal,
 		syncPeriod:           c.SyncPeriod.Duration,
 		minSyncPeriod:        c.MinSyncPeriod.Duration,

@@ -386,13 +386,31 @@ func setupNodeKernel(ctx context.Context, c *v1alpha1.WaspConfiguration, mode da
 	return nil
 }
 
-// nodeSetupConfig is the node setup of c: its conntrack settings, and the
-// probes of mode only (an iptables node need not pass nftables' probes).
+// nodeSetupConfig is the node setup of c: its conntrack settings, the
+// probes of mode only (an iptables node need not pass nftables' probes),
+// and route_localnet for the iptables mode's localhost NodePorts, which a
+// proxy without a writable /proc/sys could not set.
 func nodeSetupConfig(c *v1alpha1.WaspConfiguration, mode dataplane.Mode) nodesetup.Config {
 	return nodesetup.Config{
-		Conntrack: conntrackSettings(&c.Linux.Conntrack),
-		Dataplane: func(ctx context.Context) []nodesetup.ProbeResult { return mode.Probe(ctx, "") },
+		Conntrack:     conntrackSettings(&c.Linux.Conntrack),
+		Dataplane:     func(ctx context.Context) []nodesetup.ProbeResult { return mode.Probe(ctx, "") },
+		RouteLocalnet: localhostNodePorts(c),
 	}
+}
+
+// localhostNodePorts reports whether c has IPv4 NodePorts answer on
+// 127.0.0.0/8: the iptables mode with iptables.localhostNodePorts, when
+// nodePortAddresses allow an IPv4 loopback address, as upstream.
+func localhostNodePorts(c *v1alpha1.WaspConfiguration) bool {
+	if c.Mode != v1alpha1.ProxyModeIPTables || c.IPTables.LocalhostNodePorts == nil || !*c.IPTables.LocalhostNodePorts {
+		return false
+	}
+	for _, s := range c.NodePortAddresses {
+		if p, err := netip.ParsePrefix(s); err == nil && p.Contains(netip.MustParseAddr("127.0.0.1")) {
+			return true
+		}
+	}
+	return false
 }
 
 // conntrackSettings converts the config's conntrack section; unset means

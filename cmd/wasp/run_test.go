@@ -478,6 +478,36 @@ func TestRunModes(t *testing.T) {
 	}
 }
 
+// TestLocalhostNodePorts: IPv4 NodePorts answer on localhost in the
+// iptables mode with iptables.localhostNodePorts, when nodePortAddresses
+// allow 127.0.0.1 (upstream forces it off otherwise); the node setup then
+// sets route_localnet.
+func TestLocalhostNodePorts(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		want bool
+	}{
+		{"kube-proxy default", "mode: iptables\n", true},
+		{"kube-proxy, off", "mode: iptables\niptables:\n  localhostNodePorts: false\n", false},
+		{"kube-proxy, CIDRs without loopback", "mode: iptables\nnodePortAddresses: [198.51.100.0/24]\n", false},
+		{"kube-proxy, loopback CIDR", "mode: iptables\nnodePortAddresses: [127.0.0.0/8, 198.51.100.0/24]\n", true},
+		{"kube-proxy nftables", "mode: nftables\n", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, err := config.Load([]byte("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n" + tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, _ := newFakeEnv().env().mode(c.Mode)
+			if got := nodeSetupConfig(c, m).RouteLocalnet; got != tc.want || localhostNodePorts(c) != tc.want {
+				t.Errorf("route_localnet %v, localhost NodePorts %v; want %v", got, localhostNodePorts(c), tc.want)
+			}
+		})
+	}
+}
+
 // TestNodeSetupProbesTheMode: the node setup probes the configured mode
 // only, so that an iptables node without nftables passes it.
 func TestNodeSetupProbesTheMode(t *testing.T) {
