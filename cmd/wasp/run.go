@@ -568,9 +568,6 @@ func runProxy(ctx context.Context, e env, c *runConfig, mode dataplane.Mode) err
 			ClusterCIDRs:      c.clusterCIDRs,
 			MasqueradeAll:     c.masqueradeAll,
 		},
-		// The Node's addresses, and the local ones CIDRs select, are
-		// resolved again when they change, not only now.
-		NodeAddresses: nc.Resolver(families, e.interfaceAddrs),
 		MinSyncPeriod: minSync,
 		RetryPeriod:   c.syncPeriod,
 		// Upstream resyncs every sync period and repairs drift with a
@@ -609,6 +606,17 @@ func runProxy(ctx context.Context, e env, c *runConfig, mode dataplane.Mode) err
 	}
 	defer ss.Close(context.WithoutCancel(ctx))
 	opts.ServiceHealth = serviceHealth{ctx: ctx, s: ss}
+	// The Node's addresses, and the local ones CIDRs select, are resolved
+	// again when they change, not only now; the health check node ports
+	// move with the NodePorts.
+	resolve := nc.Resolver(families, e.interfaceAddrs)
+	opts.NodeAddresses = func(n *v1.Node) ([]netip.Addr, []netip.Addr, error) {
+		ips, nps, err := resolve(n)
+		if err == nil {
+			ss.SetAddresses(ctx, nps)
+		}
+		return ips, nps, err
+	}
 	p, err := proxy.New(opts)
 	if err != nil {
 		return err

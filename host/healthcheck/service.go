@@ -67,18 +67,54 @@ func NewServiceServer(opts ServiceOpts) (*ServiceServer, error) {
 	if s.listen == nil {
 		s.listen = net.Listen
 	}
-	addrs := slices.Clone(opts.Addresses)
+	s.hosts = hostsOf(opts.Addresses)
+	return s, nil
+}
+
+// hostsOf returns the hosts to listen on for the node-port addresses
+// addrs, sorted and without duplicates.
+func hostsOf(addrs []netip.Addr) []string {
+	addrs = slices.Clone(addrs)
 	slices.SortFunc(addrs, netip.Addr.Compare)
+	var hosts []string
 	for _, a := range slices.Compact(addrs) {
-		s.hosts = append(s.hosts, a.String())
+		hosts = append(hosts, a.String())
 	}
-	if len(s.hosts) == 0 {
+	if len(hosts) == 0 {
 		// As upstream: with network "tcp", Go listens on the unspecified
 		// IPv4 address with a dual-stack socket, so "0.0.0.0" covers both
 		// families where IPv6 is enabled and IPv4 alone elsewhere.
-		s.hosts = []string{"0.0.0.0"}
+		hosts = []string{"0.0.0.0"}
 	}
-	return s, nil
+	return hosts
+}
+
+// SetAddresses makes addrs the node-port addresses the health checks
+// listen on (ServiceOpts.Addresses), when the node's addresses changed.
+// If they differ from those in use, every health check is closed, and
+// the next SyncServices opens them on the new ones; it reports whether
+// they differed. Invalid addresses are skipped.
+func (s *ServiceServer) SetAddresses(ctx context.Context, addrs []netip.Addr) bool {
+	var valid []netip.Addr
+	for _, a := range addrs {
+		if a.IsValid() {
+			valid = append(valid, a)
+		}
+	}
+	hosts := hostsOf(valid)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if slices.Equal(hosts, s.hosts) {
+		return false
+	}
+	logger := klog.FromContext(ctx)
+	logger.V(2).Info("Health check addresses changed", "from", s.hosts, "to", hosts)
+	s.hosts = hosts
+	for name, hc := range s.services {
+		hc.close(logger)
+		delete(s.services, name)
+	}
+	return true
 }
 
 // SyncServices makes services the set of health checks served, the value

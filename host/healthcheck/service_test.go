@@ -302,3 +302,38 @@ func sameElements(a, b []string) bool {
 	slices.Sort(b)
 	return slices.Equal(a, b)
 }
+
+// TestSetAddresses: new node-port addresses close the health checks on
+// the old ones, and the next SyncServices opens them on the new ones; the
+// same addresses change nothing.
+func TestSetAddresses(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	fn := newFakeNet()
+	s, err := NewServiceServer(ServiceOpts{Proxy: testProxy(t, true), Listen: fn.listen, Addresses: []netip.Addr{netip.MustParseAddr("192.0.2.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(ctx) })
+	ports := map[types.NamespacedName]uint16{web: 30001}
+	if err := s.SyncServices(ctx, ports); err != nil {
+		t.Fatal(err)
+	}
+	old := fn.url(t, "192.0.2.1:30001")
+	if s.SetAddresses(ctx, []netip.Addr{netip.MustParseAddr("192.0.2.1")}) {
+		t.Errorf("the same addresses reported as a change")
+	}
+	if !s.SetAddresses(ctx, []netip.Addr{netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("2001:db8::2")}) {
+		t.Fatal("new addresses not reported as a change")
+	}
+	refused(t, old)
+	if err := s.SyncServices(ctx, ports); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"tcp 192.0.2.1:30001", "tcp 192.0.2.2:30001", "tcp [2001:db8::2]:30001"}
+	if got := fn.callsSoFar(); !sameElements(got, want) {
+		t.Errorf("listen calls %q, want %q", got, want)
+	}
+	if code, _ := fetch(t, fn.url(t, "192.0.2.2:30001")); code != 503 {
+		t.Errorf("web on the new address = %d, want 503 (no endpoint counted yet)", code)
+	}
+}
