@@ -120,7 +120,10 @@ type Backend struct {
 	stats    stats
 }
 
-var _ backends.Backend = (*Backend)(nil)
+var (
+	_ backends.Backend      = (*Backend)(nil)
+	_ backends.DriftChecker = (*Backend)(nil)
+)
 
 // stats count what the Backend did, for tests.
 type stats struct {
@@ -244,12 +247,17 @@ func (b *Backend) prepareFull(ctx context.Context, rs *Ruleset, localhostNodePor
 			return nil, nil, fmt.Errorf("iptables %s: ensure jump from %s to %s in table %s: %w", fam, j.from, j.to, j.table, err)
 		}
 	}
+	for _, table := range []string{TableNAT, TableFilter} {
+		if err := b.k.ensureChain(ctx, table, ChainCanary); err != nil {
+			return nil, nil, fmt.Errorf("iptables %s: ensure chain %s of table %s: %w", fam, ChainCanary, table, err)
+		}
+	}
 	if localhostNodePorts {
 		if err := b.k.routeLocalnet(ctx); err != nil {
 			return nil, nil, fmt.Errorf("iptables %s: localhost NodePorts: %w", fam, err)
 		}
 	}
-	wanted := map[string]bool{}
+	wanted := map[string]bool{ChainCanary: true}
 	for _, cs := range [][]*Chain{rs.NAT, rs.Filter, allServiceChains(rs)} {
 		for _, c := range cs {
 			wanted[c.Name] = true
@@ -362,6 +370,39 @@ func changedChains(old, rs *Ruleset) (write []*Chain, stale []string) {
 	}
 	slices.Sort(stale)
 	return write, stale
+}
+
+// CheckDrift reports the tables as drifted when the canary chain
+// (ChainCanary) of the nat or the filter table is gone: someone deleted
+// wasp's chains, as a firewall reload does; the next Sync is then a full
+// one. It costs one iptables call per table. Like upstream's canary, it
+// does not see a rule deleted or a chain flushed; the periodic full sync
+// repairs those. Nothing is checked before the first Sync or after a
+// failed one, whose next Sync is full anyway.
+func (b *Backend) CheckDrift(ctx context.Context) (*backends.Drift, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	if b.last == nil {
+		return nil, nil
+	}
+	var d backends.Drift
+	for _, table := range []string{TableNAT, TableFilter} {
+		ok, err := b.k.chainExists(ctx, table, ChainCanary)
+		if err != nil {
+			return nil, fmt.Errorf("iptables %s: look for chain %s of table %s: %w", b.cfg.family.String(), ChainCanary, table, err)
+		}
+		if !ok {
+			d.Add(backends.DriftChain, 1, "table "+table+": chain "+ChainCanary+" missing")
+		}
+	}
+	if d.Empty() {
+		return nil, nil
+	}
+	b.last = nil
+	return &d, nil
 }
 
 // Cleanup removes the jump rules to wasp's chains and every chain of

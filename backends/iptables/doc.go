@@ -62,6 +62,11 @@
 // anything apart: established connections keep their conntrack entries),
 // after any failure, after Cleanup, and every Opts.FullSyncPeriod.
 //
+// CheckDrift (backends.DriftChecker) looks for the empty canary chain
+// WASP-PROXY-CANARY that every full sync makes in nat and filter, as
+// upstream's KUBE-PROXY-CANARY: when a firewall reload deleted it, with
+// wasp's other chains, the next Sync is a full one.
+//
 // A failed restore returns an error wrapping ErrRestore (and
 // ErrPartialRestore after a partial sync) with the failing line. Each
 // table's section commits whole or not at all; nat comes first, as the

@@ -431,6 +431,16 @@ func (f *Fake) ensureChain(ctx context.Context, table, chain string) error {
 	return t.newChain(chain)
 }
 
+func (f *Fake) chainExists(ctx context.Context, table, chain string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.tables[table]
+	if t == nil {
+		return false, fmt.Errorf("table %s does not exist", table)
+	}
+	return t.chains[chain] != nil, nil
+}
+
 func (f *Fake) ensureRule(ctx context.Context, table, chain string, args ...string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

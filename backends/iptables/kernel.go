@@ -18,6 +18,8 @@ type kernel interface {
 	save(ctx context.Context, table string) ([]byte, error)
 	// ensureChain creates chain in table unless it exists.
 	ensureChain(ctx context.Context, table, chain string) error
+	// chainExists reports whether table has chain.
+	chainExists(ctx context.Context, table, chain string) (bool, error)
 	// ensureRule prepends the rule to chain unless it is there.
 	ensureRule(ctx context.Context, table, chain string, args ...string) (existed bool, err error)
 	// deleteRule deletes the rule; a missing rule or chain is not an error.

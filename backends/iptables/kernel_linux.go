@@ -43,6 +43,10 @@ func (k *xtKernel) ensureChain(ctx context.Context, table, chain string) error {
 	return k.r.EnsureChain(ctx, table, chain)
 }
 
+func (k *xtKernel) chainExists(ctx context.Context, table, chain string) (bool, error) {
+	return k.r.ChainExists(ctx, table, chain)
+}
+
 func (k *xtKernel) ensureRule(ctx context.Context, table, chain string, args ...string) (bool, error) {
 	return k.r.EnsureRule(ctx, table, chain, args...)
 }

@@ -388,3 +388,32 @@ func TestKernelProbe(t *testing.T) {
 		}
 	})
 }
+
+// TestKernelDrift: a firewall reload that deletes wasp's chains is
+// noticed by CheckDrift, and the next Sync brings the service back.
+func TestKernelDrift(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		ctx := context.Background()
+		b := nodeBackend(t, c.Nodes[0], v, backends.IPv4)
+		s := clusterState(c, svc("web", "10.96.0.10", func(s *backends.Service) {
+			s.Cluster = []backends.Endpoint{podEP(c.Pod("a1"), backends.IPv4, 1)}
+		}))
+		syncOK(t, b, s)
+		if d, err := b.CheckDrift(ctx); d != nil || err != nil {
+			t.Fatalf("after a sync: %v, %v", d, err)
+		}
+		if err := CleanupLeftovers(ctx, c.Nodes[0].NS.Path()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ask(c.Client.NS, "tcp", cip10, 700*time.Millisecond); err == nil {
+			t.Fatal("the service answers after the reload")
+		}
+		if d, err := b.CheckDrift(ctx); err != nil || d.Objects[backends.DriftChain] != 2 {
+			t.Fatalf("after the reload: %+v, %v; want the two canaries missing", d, err)
+		}
+		syncOK(t, b, s)
+		if got := counts(t, c.Client.NS, "tcp", cip10, 3); got["a1"] != 3 {
+			t.Errorf("after the repair: answers %v", got)
+		}
+	})
+}

@@ -475,3 +475,35 @@ func TestFullSyncRemovesOtherOptions(t *testing.T) {
 		t.Errorf("differs from a fresh sync:\n%s", lineDiff(want.Dump(), got))
 	}
 }
+
+// TestCheckDrift: the drift check finds nothing until the canary chains
+// go (here with everything of wasp's, as a firewall reload does); then
+// it reports them, and the next Sync is a full one that rewrites it all.
+func TestCheckDrift(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake()
+	b := newFakeBackend(t, f, opts4)
+	if d, err := b.CheckDrift(ctx); d != nil || err != nil {
+		t.Fatalf("before a sync: %v, %v", d, err)
+	}
+	s := goldenState4()
+	if err := b.Sync(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := b.CheckDrift(ctx); d != nil || err != nil {
+		t.Fatalf("after a sync: %v, %v", d, err)
+	}
+	if err := cleanup(ctx, f, "reload", TableNAT, TableFilter); err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.CheckDrift(ctx)
+	if err != nil || d.Objects[backends.DriftChain] != 2 || len(d.Examples) != 2 {
+		t.Fatalf("after a reload: %+v, %v; want the two canaries missing", d, err)
+	}
+	if err := b.Sync(ctx, s); err != nil || !b.LastSync().Full {
+		t.Fatalf("the sync after drift: %v, full %v", err, b.LastSync().Full)
+	}
+	if got, want := f.Dump(), fresh(t, s); got != want {
+		t.Errorf("after the repair:\n%s", lineDiff(want, got))
+	}
+}
