@@ -71,7 +71,6 @@ func BenchmarkKernelFullSync(b *testing.B) {
 
 func BenchmarkKernelOneServiceChange(b *testing.B) {
 	s := largeState(benchServices, benchEndpoints)
-	states := []*backends.State{changedCopy(s, benchServices/2), s}
 	for _, v := range []xtables.Variant{xtables.Legacy, xtables.NFT} {
 		b.Run(string(v), func(b *testing.B) {
 			ctx := context.Background()
@@ -81,18 +80,7 @@ func BenchmarkKernelOneServiceChange(b *testing.B) {
 				b.Fatal(err)
 			}
 			full := time.Since(start)
-			n := 0
-			for b.Loop() {
-				if err := be.Sync(ctx, states[n%2]); err != nil {
-					b.Fatal(err)
-				}
-				n++
-			}
-			if be.stats.full != 1 {
-				b.Fatalf("stats %+v: want one full sync", be.stats)
-			}
-			b.ReportMetric(float64(be.stats.written), "chains/restore")
-			b.ReportMetric(float64(b.Elapsed())/float64(b.N)/float64(full), "ratio")
+			syncChanges(b, be, s, full)
 			b.ReportMetric(full.Seconds(), "full-s")
 		})
 	}
