@@ -130,6 +130,7 @@ type stats struct {
 	syncs, full, failures int
 	written               int // service chains written by the last restore
 	stale                 int // chains deleted by the last restore
+	skipped               int // partial syncs with nothing to write, and no restore
 }
 
 // NewWithFake returns a Backend that programs f, an in-memory iptables of
@@ -166,12 +167,13 @@ func (b *Backend) LastSync() SyncInfo {
 }
 
 // Sync makes the tables match s in one iptables-restore. A full sync
-// (the first, after a failure or Cleanup, and every FullSyncPeriod)
-// ensures the jump rules of the built-in chains, writes every chain and
-// deletes every per-service chain of wasp's that s does not want; a
-// partial sync writes the fixed chains and the service chains whose rules
-// changed, and deletes the chains of service ports that changed or left.
-// On error the tables keep their rules and the next Sync is full.
+// (the first, after a failure, Cleanup or drift, and every
+// FullSyncPeriod) ensures the jump rules of the built-in chains, writes
+// every chain and deletes every chain of wasp's the plan lacks; a partial
+// sync writes the fixed chains and the service chains whose rules
+// changed, and deletes the chains of service ports that changed or left,
+// or runs nothing when no rule changed. On error the tables keep their
+// rules and the next Sync is full.
 func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -204,6 +206,13 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 		}
 	} else {
 		write, staleNAT = changedChains(b.last, rs)
+		if len(write) == 0 && len(staleNAT) == 0 && sameChains(b.last.NAT, rs.NAT) && sameChains(b.last.Filter, rs.Filter) {
+			// Nothing to write: the kernel has it all.
+			b.last = rs
+			b.stats.written, b.stats.stale, b.stats.skipped = 0, 0, b.stats.skipped+1
+			b.info.Full = false
+			return nil
+		}
 	}
 	var in strings.Builder
 	writeRestore(&in, rs, write, staleFilter, staleNAT)
@@ -224,6 +233,12 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 	log.V(4).Info("Synced iptables", "full", full, "services", len(s.Services), "chainsWritten", len(write),
 		"staleChains", len(staleNAT)+len(staleFilter), "bytes", in.Len())
 	return nil
+}
+
+// sameChains reports whether a and b are the same chains with the same
+// rules.
+func sameChains(a, b []*Chain) bool {
+	return slices.EqualFunc(a, b, func(x, y *Chain) bool { return x.Name == y.Name && slices.Equal(x.Rules, y.Rules) })
 }
 
 func (b *Backend) fail() {

@@ -53,7 +53,8 @@
 // changed service port's Fragment with the one programmed; the chains of
 // service ports that changed or left and are no longer wanted are
 // declared (flushed) and deleted ("-X") in the same input, when nothing
-// references them any more. A full sync writes every chain, and deletes
+// references them any more; when no rule of any chain changed, it runs
+// no restore at all. A full sync writes every chain, and deletes
 // every chain of wasp's that iptables-save lists (nat and filter) but the
 // plan does not have, such as the chains of a service port that left
 // while no process ran, or WASP-FIREWALL after localhost NodePorts were
