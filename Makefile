@@ -104,10 +104,10 @@ tidy:
 		diff -u $$tmp/go.mod go.mod; cp $$tmp/go.mod $$tmp/go.sum .; rm -rf $$tmp; \
 		echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; fi; rm -rf $$tmp
 
-modules: ## Rebuild modules/wasm/*.wasm (reproducible: same Go, same bytes).
+modules: ## Rebuild modules/wasm/*.wasm (reproducible: same Go, same bytes) and their SHA256SUMS.
 	@set -e; for m in $(MODULES); do \
 		echo "module $$m"; $(GO) run ./cmd/wasp module build modules/$$m -o modules/wasm/$$m.wasm; \
-	done
+	done; cd modules/wasm && sha256sum $(MODULES:=.wasm) > SHA256SUMS
 
 modules-check: modules ## Fail if the committed modules drift from their sources.
 	@git diff --exit-code --stat -- modules/wasm || \

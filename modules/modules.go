@@ -7,11 +7,18 @@ package modules
 import (
 	"embed"
 	"fmt"
+	"strings"
 
 	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/abi/metadata"
 )
 
-//go:embed wasm/*.wasm
+// files holds the built modules, their digests (wasm/SHA256SUMS, written
+// by `make modules` beside them) and their metadata sources: Digest and
+// Metadata answer without reading a module's bytes, so that a wasp that
+// runs the builtin modules natively never pages them in.
+//
+//go:embed wasm/*.wasm wasm/SHA256SUMS topology/module.json trafficpolicy/module.json selection/module.json
 var files embed.FS
 
 // Builtin is one embedded module.
@@ -41,12 +48,61 @@ func Default(stage abi.Stage) Builtin {
 	panic(fmt.Sprintf("modules: no builtin for stage %d", stage))
 }
 
-// Wasm returns the embedded binary of the builtin module name.
-func Wasm(name string) ([]byte, error) {
+// Source returns the module source that names b: "builtin:<Name>".
+func (b Builtin) Source() string { return "builtin:" + b.Name }
+
+func lookup(name string) (Builtin, error) {
 	for _, b := range Builtins {
 		if b.Name == name {
-			return files.ReadFile("wasm/" + b.Dir + ".wasm")
+			return b, nil
 		}
 	}
-	return nil, fmt.Errorf("no builtin module %q", name)
+	return Builtin{}, fmt.Errorf("no builtin module %q", name)
+}
+
+// Wasm returns the embedded binary of the builtin module name.
+func Wasm(name string) ([]byte, error) {
+	b, err := lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return files.ReadFile("wasm/" + b.Dir + ".wasm")
+}
+
+// Digest returns "sha256:<hex>" of the embedded binary of the builtin
+// module name, as runtime.Digest would, from wasm/SHA256SUMS.
+func Digest(name string) (string, error) {
+	b, err := lookup(name)
+	if err != nil {
+		return "", err
+	}
+	sums, err := files.ReadFile("wasm/SHA256SUMS")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(sums), "\n") {
+		sum, file, ok := strings.Cut(line, "  ")
+		if ok && file == b.Dir+".wasm" {
+			return "sha256:" + sum, nil
+		}
+	}
+	return "", fmt.Errorf("builtin module %q: no digest in wasm/SHA256SUMS (run make modules)", name)
+}
+
+// Metadata returns the metadata of the builtin module name: its
+// module.json, which `make modules` embeds in the binary.
+func Metadata(name string) (*metadata.Metadata, error) {
+	b, err := lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	src, err := files.ReadFile(b.Dir + "/module.json")
+	if err != nil {
+		return nil, err
+	}
+	m, err := metadata.Parse(src)
+	if err != nil {
+		return nil, fmt.Errorf("builtin module %q: %w", name, err)
+	}
+	return m, nil
 }

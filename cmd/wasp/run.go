@@ -509,7 +509,9 @@ func runProxy(ctx context.Context, e env, c *runConfig, mode dataplane.Mode) err
 		return err
 	}
 	defer rt.Close(context.WithoutCancel(ctx))
-	ch, err := reload.LoadStart(ctx, chain.Loader{Runtime: rt, Observer: mx.Modules()}, c.config, c.specs)
+	// The stages left to their builtin module run it natively: the same
+	// decisions without its machine code and instances (RATIONALE.md).
+	ch, err := reload.LoadStart(ctx, chain.Loader{Runtime: rt, Observer: mx.Modules(), NativeBuiltins: true}, c.config, c.specs)
 	if err != nil {
 		if ctx.Err() != nil {
 			// SIGTERM while modules were compiling or instantiating: the
@@ -520,7 +522,7 @@ func runProxy(ctx context.Context, e env, c *runConfig, mode dataplane.Mode) err
 		return err
 	}
 	rl := reload.New(rt, c.specs, ch)
-	rl.Signatures, rl.FileDirs = c.moduleSignatures, c.config.ModuleFileDirectories
+	rl.Signatures, rl.FileDirs, rl.NativeBuiltins = c.moduleSignatures, c.config.ModuleFileDirectories, true
 	defer rl.Close()
 
 	mx.SetChain(ch)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/abi/metadata"
 	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/runtime"
@@ -119,6 +120,8 @@ func OCICacheDir(cacheDir string) string {
 
 // Chain is a loaded module per stage.
 type Chain struct {
+	// Modules holds each stage's module; nil for a stage that runs its
+	// builtin module natively (Loader.NativeBuiltins, Native).
 	Modules [len(abi.Stages) + 1]*runtime.Module
 	Sources [len(abi.Stages) + 1]string
 	// Policies are the stages' failure policies, for pipeline.Options:
@@ -127,6 +130,55 @@ type Chain struct {
 	// Guardrails are the stages' relaxed guardrails: their specs'. The
 	// modules of PipelineModules carry them.
 	Guardrails [len(abi.Stages) + 1]pipeline.Guardrails
+
+	// builtin holds the digest and metadata of the builtin module of each
+	// stage that runs natively.
+	builtin [len(abi.Stages) + 1]struct {
+		digest string
+		meta   *metadata.Metadata
+	}
+}
+
+// Native reports whether stage runs its builtin module natively
+// (Loader.NativeBuiltins): Modules[stage] is nil. A stage of a Chain
+// Load did not fill has neither.
+func (c *Chain) Native(stage abi.Stage) bool {
+	return c.Modules[stage] == nil && c.builtin[stage].digest != ""
+}
+
+// Digest returns "sha256:<hex>" of stage's module: that of the embedded
+// builtin module for a stage that runs it natively.
+func (c *Chain) Digest(stage abi.Stage) string {
+	if m := c.Modules[stage]; m != nil {
+		return m.Digest
+	}
+	return c.builtin[stage].digest
+}
+
+// Metadata returns what stage's module declares about itself.
+func (c *Chain) Metadata(stage abi.Stage) *metadata.Metadata {
+	if m := c.Modules[stage]; m != nil {
+		return m.Metadata
+	}
+	return c.builtin[stage].meta
+}
+
+// Config returns the configuration of stage's module (runtime.WithConfig):
+// nil when it has none, as a stage that runs natively.
+func (c *Chain) Config(stage abi.Stage) []byte {
+	if m := c.Modules[stage]; m != nil {
+		return m.Config
+	}
+	return nil
+}
+
+// Name returns the name of stage's module, for logs and metrics: the
+// source it was loaded from.
+func (c *Chain) Name(stage abi.Stage) string {
+	if m := c.Modules[stage]; m != nil {
+		return m.Name
+	}
+	return c.Sources[stage]
 }
 
 // Load loads the modules of specs, and the builtin default for every stage
@@ -160,6 +212,15 @@ func (l Loader) Load(ctx context.Context, specs []Spec) (*Chain, error) {
 		config[s.Stage] = s.Config
 	}
 	for _, stage := range abi.Stages {
+		if l.NativeBuiltins && c.Sources[stage] == modules.Default(stage).Source() && runtime.NoConfig(config[stage]) {
+			err := c.native(stage)
+			l.loaded(stage, err)
+			if err != nil {
+				c.Close()
+				return nil, fmt.Errorf("stage %s: %w", stage, err)
+			}
+			continue
+		}
 		stageSrc := src
 		stageSrc.OCI.Signatures = sigs[stage]
 		m, err := load(ctx, rt, stageSrc, c.Sources[stage], limits[stage], stage, runtime.WithConfig(config[stage]))
@@ -171,6 +232,25 @@ func (l Loader) Load(ctx context.Context, specs []Spec) (*Chain, error) {
 		c.Modules[stage] = m
 	}
 	return c, nil
+}
+
+// native makes stage run its builtin module natively: the pipeline runs
+// host/reference for a nil module, which is what the builtin module
+// computes (FuzzChain, TestChainRandom). What the module's load would
+// tell about it comes from what is embedded beside it, so that its bytes
+// are not even read.
+func (c *Chain) native(stage abi.Stage) error {
+	name := modules.Default(stage).Name
+	digest, err := modules.Digest(name)
+	if err != nil {
+		return err
+	}
+	meta, err := modules.Metadata(name)
+	if err != nil {
+		return err
+	}
+	c.builtin[stage].digest, c.builtin[stage].meta = digest, meta
+	return nil
 }
 
 // ErrUnsignedFile is wrapped by the error of a module file (file:// or a

@@ -15,6 +15,15 @@ type Loader struct {
 	// Observer is told about the pulls of oci:// sources and the load of
 	// every stage's module; optional.
 	Observer Observer
+	// NativeBuiltins runs each stage whose module is its builtin default
+	// (modules.Default), without a configuration, on the native reference
+	// implementation (host/reference, the oracle the builtin modules are
+	// tested against) instead of compiling and instantiating the module:
+	// its Chain.Modules entry stays nil, and the stage costs no machine
+	// code, linear memory or decoded module. Optional; wasp run sets it,
+	// and whatever wants the builtin modules as Wasm (benchmarks of the
+	// chain, differential tests) leaves it unset.
+	NativeBuiltins bool
 }
 
 // Observer is told about module loads, for metrics. Its methods are

@@ -424,6 +424,33 @@ func TestSetChain(t *testing.T) {
 	if n, _ := testutil.GatherAndCount(m.Registry(), "wasp_module_info"); n != 0 {
 		t.Errorf("%d wasp_module_info series after an empty chain, want 0", n)
 	}
+
+	// A chain whose stages run their builtin modules natively names them
+	// as the Wasm chain did, and has no call series for them.
+	m = New()
+	rt, err := runtime.New(runtime.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	native, err := chain.Loader{Runtime: rt, NativeBuiltins: true}.Load(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetChain(native)
+	for _, stage := range abi.Stages {
+		md := c.Modules[stage].Metadata
+		labels := []string{
+			"digest=" + runtime.Digest(wasm[stage]), "module=" + c.Sources[stage],
+			"name=" + md.Name, "stage=" + stage.String(), "version=" + md.Version,
+		}
+		if got := value(t, m.Registry(), "wasp_module_info", labels...); got != 1 {
+			t.Errorf("native: wasp_module_info%v = %v, want 1", labels, got)
+		}
+	}
+	if n, _ := testutil.GatherAndCount(m.Registry(), "wasp_module_call_failures_total"); n != 0 {
+		t.Errorf("native: %d call failure series, want none", n)
+	}
 }
 
 // TestHealthAndConntrackHooks drives the health and conntrack hooks.

@@ -153,29 +153,32 @@ func syncResult(ok bool) string {
 
 // SetChain records the modules of a loaded chain in wasp_module_info,
 // replacing those of the chain before, and exports their call and failure
-// series at zero. Call it after every load.
+// series at zero (a stage that runs its builtin module natively has only
+// the first: it makes no module calls). Call it after every load.
 func (m *Metrics) SetChain(c *chain.Chain) {
 	m.moduleInfo.Reset()
 	for _, stage := range abi.Stages {
-		mod := c.Modules[stage]
-		if mod == nil {
-			continue
+		if c.Modules[stage] == nil && !c.Native(stage) {
+			continue // not loaded
 		}
 		var name, version string
-		if md := mod.Metadata; md != nil {
+		if md := c.Metadata(stage); md != nil {
 			name, version = md.Name, md.Version
 		}
-		s := stage.String()
-		m.moduleInfo.WithLabelValues(s, mod.Name, name, version, mod.Digest).Set(1)
-		m.moduleCalls.WithLabelValues(mod.Name, s)
-		m.moduleCallDuration.WithLabelValues(mod.Name, s)
+		s, mod := stage.String(), c.Name(stage)
+		m.moduleInfo.WithLabelValues(s, mod, name, version, c.Digest(stage)).Set(1)
+		if c.Native(stage) {
+			continue // it makes no module calls
+		}
+		m.moduleCalls.WithLabelValues(mod, s)
+		m.moduleCallDuration.WithLabelValues(mod, s)
 		for _, r := range runtime.Reasons {
 			if r != runtime.ReasonModuleError { // a per-port reason only
-				m.moduleCallFailures.WithLabelValues(mod.Name, s, string(r))
+				m.moduleCallFailures.WithLabelValues(mod, s, string(r))
 			}
-			m.modulePortFailures.WithLabelValues(mod.Name, s, string(r))
+			m.modulePortFailures.WithLabelValues(mod, s, string(r))
 		}
-		m.modulePortFailures.WithLabelValues(mod.Name, s, reasonNotIsolated)
+		m.modulePortFailures.WithLabelValues(mod, s, reasonNotIsolated)
 	}
 }
 

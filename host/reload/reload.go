@@ -78,6 +78,9 @@ type Reloader struct {
 	// Observer, if set, is told about the loads' pulls and stages
 	// (metrics).
 	Observer chain.Observer
+	// NativeBuiltins is the loads' chain.Loader.NativeBuiltins: the
+	// stages left to their builtin module run it natively.
+	NativeBuiltins bool
 }
 
 // count reports a load's outcome to reloaded and loadFailed.
@@ -325,13 +328,13 @@ func (r *Reloader) apply(ctx context.Context, specs []chain.Spec, why string) (r
 			r.seen[path], _ = statFile(path)
 		}
 	}
-	next, err := chain.Loader{Runtime: r.rt, Observer: r.Observer}.Load(ctx, specs)
+	next, err := chain.Loader{Runtime: r.rt, Observer: r.Observer, NativeBuiltins: r.NativeBuiltins}.Load(ctx, specs)
 	if err != nil {
 		return nil, false, err
 	}
 	running = map[abi.Stage]string{}
 	for _, s := range abi.Stages {
-		running[s] = next.Modules[s].Digest
+		running[s] = next.Digest(s)
 	}
 	r.mu.Lock()
 	cur := r.current
@@ -369,7 +372,7 @@ func (r *Reloader) Close() {
 // configurations, failure policies and guardrails.
 func sameModules(a, b *chain.Chain) bool {
 	for _, s := range abi.Stages {
-		if a.Modules[s].Digest != b.Modules[s].Digest || !bytes.Equal(a.Modules[s].Config, b.Modules[s].Config) || a.Policies[s] != b.Policies[s] || a.Guardrails[s] != b.Guardrails[s] {
+		if a.Digest(s) != b.Digest(s) || !bytes.Equal(a.Config(s), b.Config(s)) || a.Policies[s] != b.Policies[s] || a.Guardrails[s] != b.Guardrails[s] {
 			return false
 		}
 	}
@@ -379,7 +382,7 @@ func sameModules(a, b *chain.Chain) bool {
 func digests(c *chain.Chain) []string {
 	var out []string
 	for _, s := range abi.Stages {
-		out = append(out, c.Modules[s].Digest)
+		out = append(out, c.Digest(s))
 	}
 	return out
 }

@@ -222,6 +222,11 @@ func normalConfig(config []byte) []byte {
 	return config
 }
 
+// NoConfig reports whether config, as WithConfig takes it, asks nothing
+// of a module: nil, empty, JSON null or an empty JSON object. A module
+// that does not export wasp_configure loads with such a configuration.
+func NoConfig(config []byte) bool { return noConfig(normalConfig(config)) }
+
 // noConfig reports whether a normalised configuration asks nothing of a
 // module: none, or an empty JSON object.
 func noConfig(config []byte) bool {
