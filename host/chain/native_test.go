@@ -92,13 +92,18 @@ func TestNativeBuiltins(t *testing.T) {
 // own, and returns its path.
 func writeModule(t *testing.T, name string) string {
 	t.Helper()
-	wasm, err := modules.Wasm(name)
-	if err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(t.TempDir(), name+".wasm")
-	if err := os.WriteFile(path, wasm, 0o644); err != nil {
+	if err := writeBuiltin(path, name); err != nil {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// writeBuiltin writes the embedded builtin module name to path.
+func writeBuiltin(path, name string) error {
+	wasm, err := modules.Wasm(name)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, wasm, 0o644)
 }
