@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -100,6 +101,10 @@ type SyncInfo struct {
 	// Rules are the rules of wasp's chains in each table ("filter",
 	// "nat") after the Sync.
 	Rules map[string]int
+	// Written are the rules the Sync's restore wrote in each table: all
+	// of them in a full Sync, the fixed chains' and the changed service
+	// chains' in a partial one (upstream's iptables_last metric).
+	Written map[string]int
 }
 
 // Backend programs one IP family's iptables filter and nat tables with
@@ -159,10 +164,7 @@ func (b *Backend) LastSync() SyncInfo {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	info := b.info
-	info.Rules = make(map[string]int, len(b.info.Rules))
-	for k, v := range b.info.Rules {
-		info.Rules[k] = v
-	}
+	info.Rules, info.Written = maps.Clone(b.info.Rules), maps.Clone(b.info.Written)
 	return info
 }
 
@@ -229,7 +231,8 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 		b.stats.full++
 	}
 	b.stats.written, b.stats.stale = len(write), len(staleNAT)+len(staleFilter)
-	b.info = SyncInfo{Full: full, Rules: map[string]int{TableFilter: rs.Rules(TableFilter), TableNAT: rs.Rules(TableNAT)}}
+	b.info = SyncInfo{Full: full, Rules: map[string]int{TableFilter: rs.Rules(TableFilter), TableNAT: rs.Rules(TableNAT)},
+		Written: map[string]int{TableFilter: countRules(rs.Filter), TableNAT: countRules(rs.NAT) + countRules(write)}}
 	log.V(4).Info("Synced iptables", "full", full, "services", len(s.Services), "chainsWritten", len(write),
 		"staleChains", len(staleNAT)+len(staleFilter), "bytes", in.Len())
 	return nil
@@ -239,6 +242,15 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 // rules.
 func sameChains(a, b []*Chain) bool {
 	return slices.EqualFunc(a, b, func(x, y *Chain) bool { return x.Name == y.Name && slices.Equal(x.Rules, y.Rules) })
+}
+
+// countRules returns the rules of chains.
+func countRules(chains []*Chain) int {
+	n := 0
+	for _, c := range chains {
+		n += len(c.Rules)
+	}
+	return n
 }
 
 func (b *Backend) fail() {

@@ -3,6 +3,7 @@ package iptables
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -115,6 +116,21 @@ func TestPartialSyncWritesOnlyChanges(t *testing.T) {
 	}
 	if b.LastSync().Full {
 		t.Error("a change was a full sync")
+	}
+	// Written counts the rules of the restore, fewer than the tables hold.
+	appended := map[string]int{}
+	table := ""
+	for _, line := range strings.Split(in, "\n") {
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table = line[1:]
+		case strings.HasPrefix(line, "-A "):
+			appended[table]++
+		}
+	}
+	info := b.LastSync()
+	if !maps.Equal(info.Written, appended) || info.Written[TableNAT] >= info.Rules[TableNAT] {
+		t.Errorf("written %v, rules %v; want the restore's %v, fewer than the rules", info.Written, info.Rules, appended)
 	}
 	if got, want := f.Dump(), fresh(t, s2); got != want {
 		t.Errorf("the partial sync differs from a fresh full one:\n%s", lineDiff(want, got))
