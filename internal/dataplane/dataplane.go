@@ -176,7 +176,7 @@ func iptablesSync(f backends.Family, info iptables.SyncInfo, err error) metrics.
 		partial := errors.Is(err, iptables.ErrPartialRestore)
 		return metrics.BackendSync{Family: f, Full: !partial, RestoreFailed: errors.Is(err, iptables.ErrRestore), Partial: partial}
 	}
-	return metrics.BackendSync{Family: f, Full: info.Full, Rules: info.Rules}
+	return metrics.BackendSync{Family: f, Full: info.Full, Rules: info.Rules, Written: info.Written}
 }
 
 // probeIPTables is the iptables mode's probe, in nodesetup's terms: a

@@ -93,6 +93,13 @@ func TestIPTablesMetrics(t *testing.T) {
 	}
 	s := webState()
 	s.Services[0].Port = 81
+	if err := b.Sync(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if n := count("kubeproxy_sync_proxy_rules_iptables_last", v4, "table=nat"); ib.LastSync().Full || n == 0 || n != float64(ib.LastSync().Written["nat"]) {
+		t.Errorf("after a partial sync: nat rules written gauge %v, want the backend's %d", n, ib.LastSync().Written["nat"])
+	}
+	s.Services[0].Port = 82
 	fake.FailNext(errors.New("injected: no such match"))
 	if err := b.Sync(ctx, s); !errors.Is(err, iptables.ErrPartialRestore) {
 		t.Fatalf("partial sync: %v, want ErrPartialRestore", err)
