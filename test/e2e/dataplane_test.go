@@ -33,15 +33,28 @@ const (
 	dropWait = 1500 * time.Millisecond
 )
 
-// TestDataplane runs every scenario against one environment and one wasp
-// process, each scenario in its own namespace.
+// TestDataplane runs every scenario against one environment, once per
+// dataplane (nftables, iptables-nft, iptables-legacy): one wasp process
+// each, each scenario in its own namespace. Between dataplanes wasp is
+// stopped and `wasp cleanup` must leave nothing behind.
 func TestDataplane(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	env := fw.Setup(ctx, t)
-	env.StartWasp(t)
-	s := &suite{env: env, ctx: ctx}
+	for _, dp := range fw.Dataplanes(t) {
+		if !t.Run(dp.Name, func(t *testing.T) { runDataplane(ctx, t, env, dp) }) && ctx.Err() != nil {
+			return
+		}
+	}
+}
 
+func runDataplane(ctx context.Context, t *testing.T, env *fw.Env, dp fw.Dataplane) {
+	env.UseDataplane(t, dp)
+	w := env.StartWasp(t)
+	s := &suite{env: env, ctx: ctx, prefix: "e2e-" + dp.Name}
+	// The next dataplane must not see this one's Services (their
+	// external IPs and VIPs would be claimed twice).
+	defer s.deleteServices(t)
 	for _, sc := range []struct {
 		name string
 		run  func(t *testing.T, s *suite)
@@ -68,17 +81,64 @@ func TestDataplane(t *testing.T) {
 			return
 		}
 	}
+	w.Stop()
+	expectCleanedUp(t, s)
+}
+
+// expectCleanedUp runs wasp cleanup and expects nothing of wasp's left in
+// the proxy node's dataplane.
+func expectCleanedUp(t *testing.T, s *suite) {
+	t.Helper()
+	if out, err := s.env.RunWasp(s.ctx, "cleanup"); err != nil {
+		t.Fatalf("wasp cleanup: %v\n%s", err, out)
+	}
+	r, err := s.env.ReadRuleset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Tables+r.Chains+r.Rules != 0 {
+		t.Fatalf("after wasp cleanup, %s remain: %s", s.env.Dataplane().Name, r.Counts())
+	}
 }
 
 type suite struct {
 	env *fw.Env
 	ctx context.Context
-	n   atomic.Int32
+	// prefix names the suite's namespaces: prefix-1, prefix-2, ...
+	// (default "e2e").
+	prefix string
+	n      atomic.Int32
 }
 
 // namespace returns a fresh Kubernetes namespace for a scenario.
 func (s *suite) namespace(t *testing.T) string {
-	return s.env.Namespace(s.ctx, t, fmt.Sprintf("e2e-%d", s.n.Add(1)))
+	prefix := s.prefix
+	if prefix == "" {
+		prefix = "e2e"
+	}
+	return s.env.Namespace(s.ctx, t, fmt.Sprintf("%s-%d", prefix, s.n.Add(1)))
+}
+
+// deleteServices deletes the Services of every namespace the suite made.
+func (s *suite) deleteServices(t *testing.T) {
+	t.Helper()
+	prefix := s.prefix
+	if prefix == "" {
+		prefix = "e2e"
+	}
+	for i := int32(1); i <= s.n.Load(); i++ {
+		ns := fmt.Sprintf("%s-%d", prefix, i)
+		list, err := s.env.Client.CoreV1().Services(ns).List(s.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Errorf("list Services of %s: %v", ns, err)
+			continue
+		}
+		for _, svc := range list.Items {
+			if err := s.env.Client.CoreV1().Services(ns).Delete(s.ctx, svc.Name, metav1.DeleteOptions{}); err != nil {
+				t.Errorf("delete Service %s/%s: %v", ns, svc.Name, err)
+			}
+		}
+	}
 }
 
 func (s *suite) client() *netlab.NS { return s.env.Cluster.Client.NS }

@@ -28,11 +28,19 @@ func TestLifecycle(t *testing.T) {
 	env := fw.Setup(ctx, t)
 	s := &suite{env: env, ctx: ctx}
 
-	t.Run("weighted selection by a module", func(t *testing.T) { testWeighted(t, s) })
 	t.Run("module hot reload", func(t *testing.T) { testHotReload(t, s) })
 	t.Run("ServiceProxyModule", func(t *testing.T) { testServiceProxyModule(t, s) })
-	t.Run("restart keeps connections", func(t *testing.T) { testRestart(t, s) })
-	t.Run("cleanup leaves no trace", func(t *testing.T) { testCleanup(t, s) })
+	// What depends on the dataplane, once per dataplane.
+	for _, dp := range fw.Dataplanes(t) {
+		t.Run(dp.Name, func(t *testing.T) {
+			env.UseDataplane(t, dp)
+			s := &suite{env: env, ctx: ctx, prefix: "lifecycle-" + dp.Name}
+			defer s.deleteServices(t)
+			t.Run("weighted selection by a module", func(t *testing.T) { testWeighted(t, s) })
+			t.Run("restart keeps connections", func(t *testing.T) { testRestart(t, s) })
+			t.Run("cleanup leaves no trace", func(t *testing.T) { testCleanup(t, s) })
+		})
+	}
 }
 
 func testWeighted(t *testing.T, s *suite) {
@@ -102,20 +110,15 @@ func testCleanup(t *testing.T, s *suite) {
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1")...)
 	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
 	waitFor(t, s.client(), "tcp", ip, 80, "a-1")
-	if tables := waspTables(t, s); len(tables) == 0 {
-		t.Fatal("no wasp table while wasp runs")
+	if r, err := s.env.ReadRuleset(); err != nil || r.Rules == 0 {
+		t.Fatalf("no %s rules of wasp while wasp runs (%v)", s.env.Dataplane().Name, err)
 	}
 	w.Stop()
 	// Stopping leaves the dataplane in place.
 	if _, err := fw.Ask(s.client(), "tcp", ip, 80, ask); err != nil {
 		t.Fatalf("after wasp stopped, the Service should still work: %v", err)
 	}
-	if out, err := s.env.RunWasp(s.ctx, "cleanup"); err != nil {
-		t.Fatalf("wasp cleanup: %v\n%s", err, out)
-	}
-	if tables := waspTables(t, s); len(tables) != 0 {
-		t.Fatalf("after wasp cleanup, tables %v remain", tables)
-	}
+	expectCleanedUp(t, s)
 	if id, err := fw.Ask(s.client(), "tcp", ip, 80, dropWait); err == nil {
 		t.Fatalf("after wasp cleanup the ClusterIP still answers (%q)", id)
 	}
@@ -123,27 +126,6 @@ func testCleanup(t *testing.T, s *suite) {
 	if out, err := s.env.RunWasp(s.ctx, "cleanup"); err != nil {
 		t.Fatalf("second wasp cleanup: %v\n%s", err, out)
 	}
-}
-
-// waspTables lists the nftables tables named wasp in the proxy node.
-func waspTables(t *testing.T, s *suite) []string {
-	t.Helper()
-	c, done, err := fw.NFTables(s.env.ProxyNS())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer done()
-	tables, err := c.ListTables()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, tb := range tables {
-		if tb.Name == "wasp" {
-			out = append(out, fmt.Sprintf("%v %s", tb.Family, tb.Name))
-		}
-	}
-	return out
 }
 
 // flow sends a request on one open connection every interval until

@@ -88,12 +88,17 @@ func sample(mfs map[string]*dto.MetricFamily, name string, labels ...string) (fl
 // series operators chart move with it: upstream's sync, change and
 // network programming series and wasp's module series.
 func testMetrics(t *testing.T, s *suite) {
+	// The mode's own failure series, upstream's names.
+	failures := "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"
+	if s.env.Dataplane().IPTables() {
+		failures = "kubeproxy_sync_proxy_rules_iptables_restore_failures_total"
+	}
 	var before map[string]*dto.MetricFamily
 	fw.Eventually(t, converge, func() (err error) {
 		before, err = scrape(s)
 		return err
 	})
-	for _, name := range []string{"wasp_module_info", "process_resident_memory_bytes", "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"} {
+	for _, name := range []string{"wasp_module_info", "process_resident_memory_bytes", failures} {
 		if _, ok := before[name]; !ok {
 			t.Errorf("/metrics has no %s", name)
 		}
@@ -155,8 +160,13 @@ func testMetrics(t *testing.T, s *suite) {
 				still = append(still, fmt.Sprintf("%s%v %v -> %v", m.name, m.labels, b, a))
 			}
 		}
-		if v, _ := sample(after, "kubeproxy_sync_proxy_rules_nftables_sync_failures_total", "ip_family=IPv4"); v != 0 {
-			still = append(still, fmt.Sprintf("nftables sync failures %v, want 0", v))
+		if v, _ := sample(after, failures, "ip_family=IPv4"); v != 0 {
+			still = append(still, fmt.Sprintf("%s %v, want 0", failures, v))
+		}
+		if s.env.Dataplane().IPTables() {
+			if v, _ := sample(after, "kubeproxy_sync_proxy_rules_iptables_total", "ip_family=IPv4", "table=nat"); v == 0 {
+				still = append(still, "kubeproxy_sync_proxy_rules_iptables_total{table=nat} is 0")
+			}
 		}
 		if len(still) > 0 {
 			return fmt.Errorf("series that did not move with the change: %s", strings.Join(still, "; "))

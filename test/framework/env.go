@@ -62,6 +62,8 @@ type Env struct {
 	// the proxy node's namespace.
 	Kubeconfig string
 	Dir        string
+
+	dataplane Dataplane // UseDataplane's choice; zero: wasp's default
 }
 
 // Skip skips t unless end-to-end tests can run here, with the reason.
@@ -271,7 +273,7 @@ type Wasp = Process
 
 // DefaultArgs are the flags every test run of wasp gets, before its own.
 func (e *Env) DefaultArgs() []string {
-	return []string{
+	args := []string{
 		"run",
 		"--kubeconfig", e.Kubeconfig,
 		"--hostname-override", ProxyNode,
@@ -282,6 +284,10 @@ func (e *Env) DefaultArgs() []string {
 		"--conntrack-max-per-core", "0",
 		"-v", "2",
 	}
+	if e.dataplane.Name != "" {
+		args = append(args, e.dataplane.Args()...)
+	}
+	return args
 }
 
 // StartWasp runs wasp in the proxy node's namespace with DefaultArgs and

@@ -1,6 +1,7 @@
-// Package perf measures wasp end to end against upstream kube-proxy
-// (nftables mode), both driven by the same real kube-apiserver, the same
-// Services and the same packets.
+// Package perf measures wasp end to end against upstream kube-proxy, both
+// in the same mode (nftables, or iptables with WASP_PERF_MODE=iptables),
+// both driven by the same real kube-apiserver, the same Services and the
+// same packets.
 //
 // One test, TestScale, runs only with WASP_PERF=1 (make bench-e2e): it
 // builds upstream kube-proxy (controlplane.BuildKubeProxy), sets up the
@@ -35,7 +36,8 @@
 // WASP_PERF_PROXIES (default wasp,kube-proxy), WASP_PERF_CONNS (sequential
 // connections per dataplane path, default 3000), WASP_PERF_REPEAT (changes
 // measured per size, default 3), WASP_PERF_MIN_SYNC_PERIOD (both proxies'
-// minimum sync period, default 1s, their common default), WASP_PERF_OUT
+// minimum sync period, default 1s, their common default), WASP_PERF_MODE
+// (both proxies' mode: nftables, the default, or iptables), WASP_PERF_OUT
 // (also write the table to this file), WASP_PERF_LOGS (keep the proxies'
 // logs in this directory), WASP_PERF_PROFILES (keep wasp's heap profile
 // and memory maps, taken when its memory is read, in this directory). See

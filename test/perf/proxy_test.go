@@ -44,14 +44,14 @@ type proxy struct {
 	profiling string
 }
 
-// kubeProxyConfig is upstream kube-proxy's configuration: nftables mode,
-// nothing host-global touched (conntrack sysctls left alone, oomScoreAdj
+// kubeProxyConfig is upstream kube-proxy's configuration: the mode under
+// test (WASP_PERF_MODE, nftables unless set), nothing host-global touched (conntrack sysctls left alone, oomScoreAdj
 // 0), metrics and healthz on loopback of its own namespace, the same
 // minSyncPeriod as wasp. Everything else is upstream's default (syncPeriod
 // 30s).
 const kubeProxyConfig = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
-mode: nftables
+mode: %s
 clientConnection:
   kubeconfig: %s
 hostnameOverride: %s
@@ -72,14 +72,14 @@ conntrack:
 
 // newKubeProxy prepares upstream kube-proxy on node, with its own
 // apiserver forwarder.
-func newKubeProxy(t *testing.T, env *fw.Env, bin, node string, pods [2]string, minSync time.Duration) *proxy {
+func newKubeProxy(t *testing.T, env *fw.Env, bin, node string, pods [2]string, mode string, minSync time.Duration) *proxy {
 	t.Helper()
 	kubeconfig, err := env.ForwardAPIServer(t, node)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(env.Dir, "kube-proxy.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, kubeProxyConfig, kubeconfig, node, fw.ClusterCIDRs, minSync), 0o644); err != nil {
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, kubeProxyConfig, mode, kubeconfig, node, fw.ClusterCIDRs, minSync), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return &proxy{
@@ -90,11 +90,12 @@ func newKubeProxy(t *testing.T, env *fw.Env, bin, node string, pods [2]string, m
 }
 
 // newWasp prepares wasp on the framework's proxy node with the framework's
-// flags (which give -v 2), but kube-proxy's minimum sync period: the
+// flags (which give -v 2) and the mode under test, but kube-proxy's
+// minimum sync period: the
 // framework's 100ms would favour wasp. With profiling, wasp serves its
 // profiles on the node's loopback.
-func newWasp(env *fw.Env, pods [2]string, minSync time.Duration, profiling bool) *proxy {
-	args := env.DefaultArgs()
+func newWasp(env *fw.Env, pods [2]string, mode string, minSync time.Duration, profiling bool) *proxy {
+	args := append(env.DefaultArgs(), "--proxy-mode", mode)
 	if i := slices.Index(args, "--min-sync-period"); i >= 0 && i+1 < len(args) {
 		args[i+1] = minSync.String()
 	} else {

@@ -31,6 +31,7 @@ type config struct {
 	conns    int // sequential connections per dataplane path
 	repeat   int // new Services and endpoint changes measured per size
 	minSync  time.Duration
+	mode     string // both proxies' mode: nftables or iptables
 	out      string
 	logs     string // directory to keep the proxies' logs in
 	profiles string // directory to keep wasp's heap profiles in
@@ -42,6 +43,11 @@ func configFromEnv() (config, error) {
 	// Both proxies' default; both get the same.
 	if c.minSync, err = time.ParseDuration(envOr("WASP_PERF_MIN_SYNC_PERIOD", "1s")); err != nil || c.minSync < 0 {
 		return c, fmt.Errorf("WASP_PERF_MIN_SYNC_PERIOD: %q is not a duration", os.Getenv("WASP_PERF_MIN_SYNC_PERIOD"))
+	}
+	switch c.mode = envOr("WASP_PERF_MODE", "nftables"); c.mode {
+	case "nftables", "iptables":
+	default:
+		return c, fmt.Errorf("WASP_PERF_MODE: %q is neither nftables nor iptables", c.mode)
 	}
 	if c.sizes, err = parseSizes(envOr("WASP_PERF_SIZES", "100,1000,5000,10000")); err != nil {
 		return c, fmt.Errorf("WASP_PERF_SIZES: %w", err)
@@ -155,9 +161,9 @@ func TestScale(t *testing.T) {
 	for _, name := range cfg.proxies {
 		switch name {
 		case "wasp":
-			proxies = append(proxies, newWasp(env, [2]string{fw.PodsA[0], fw.PodsA[1]}, cfg.minSync, cfg.profiles != ""))
+			proxies = append(proxies, newWasp(env, [2]string{fw.PodsA[0], fw.PodsA[1]}, cfg.mode, cfg.minSync, cfg.profiles != ""))
 		case "kube-proxy":
-			proxies = append(proxies, newKubeProxy(t, env, kubeProxyBin, fw.OtherNode, [2]string{fw.PodsB[0], fw.PodsB[1]}, cfg.minSync))
+			proxies = append(proxies, newKubeProxy(t, env, kubeProxyBin, fw.OtherNode, [2]string{fw.PodsB[0], fw.PodsB[1]}, cfg.mode, cfg.minSync))
 		}
 	}
 	env.Namespace(ctx, t, loadNamespace)
