@@ -44,32 +44,6 @@ type proxy struct {
 	profiling string
 }
 
-// kubeProxyConfig is upstream kube-proxy's configuration: the mode under
-// test (WASP_PERF_MODE, nftables unless set), nothing host-global touched (conntrack sysctls left alone, oomScoreAdj
-// 0), metrics and healthz on loopback of its own namespace, the same
-// minSyncPeriod as wasp. Everything else is upstream's default (syncPeriod
-// 30s).
-const kubeProxyConfig = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-mode: %s
-clientConnection:
-  kubeconfig: %s
-hostnameOverride: %s
-clusterCIDR: %s
-minSyncPeriod: %s
-detectLocalMode: ClusterCIDR
-metricsBindAddress: 127.0.0.1:10249
-healthzBindAddress: 127.0.0.1:10256
-oomScoreAdj: 0
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-  udpTimeout: 0s
-  udpStreamTimeout: 0s
-`
-
 // newKubeProxy prepares upstream kube-proxy on node, with its own
 // apiserver forwarder.
 func newKubeProxy(t *testing.T, env *fw.Env, bin, node string, pods [2]string, mode string, minSync time.Duration) *proxy {
@@ -78,14 +52,14 @@ func newKubeProxy(t *testing.T, env *fw.Env, bin, node string, pods [2]string, m
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := filepath.Join(env.Dir, "kube-proxy.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, kubeProxyConfig, mode, kubeconfig, node, fw.ClusterCIDRs, minSync), 0o644); err != nil {
+	args, err := env.KubeProxyArgs(node, kubeconfig, mode, minSync)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return &proxy{
 		name: "kube-proxy", node: env.Cluster.Node(node), pods: pods,
 		marker: kubeProxySyncMarker, bin: bin,
-		args: []string{"--config", cfg, "--v", "2"},
+		args: args,
 	}
 }
 
