@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# wasp's image: one static binary on distroless, for deploy/'s DaemonSet.
+# wasp's image: one static binary and the iptables tools, for deploy/'s
+# DaemonSet.
 #
 #   docker build -t registry.example.com/wasp:0.1.0 --build-arg VERSION=0.1.0 .
 #   docker buildx build --platform linux/amd64,linux/arm64 -t ... --push .
@@ -29,18 +30,20 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
     go build -trimpath -buildvcs=false -tags grpcnotrace -ldflags "$ldflags" -o /out/wasp ./cmd/wasp
 
-# distroless/static: no shell, no package manager, no C library; CA
-# certificates and /etc/passwd only. Its root variant, not :nonroot: wasp
-# programs the host's nftables and conntrack, which takes CAP_NET_ADMIN, and
-# a container's added capabilities are in effect only for user 0. The
+# debian:12-slim with Debian's iptables package: wasp's iptables mode runs
+# iptables-restore, and the node may use either variant, so the image has
+# both (iptables-nft and iptables-legacy, with ip6tables); wasp picks the
+# node's as kube-proxy's image does. nftables mode, the conntrack cleanup
+# and the node set-up speak netlink and need no binary. The root user, not
+# a non-root one: wasp programs the host's netfilter and conntrack, which
+# takes CAP_NET_ADMIN (and CAP_NET_RAW for iptables-legacy), and a
+# container's added capabilities are in effect only for user 0. The
 # DaemonSet drops every other capability and makes the root file system
-# read-only.
-#
-# No iptables or nft binaries: wasp's nftables mode speaks netlink itself,
-# and so do the conntrack cleanup and the node set-up. An iptables mode, if
-# one is ever written, would need a stage with iptables (and its
-# /run/xtables.lock mounted from the node).
-FROM gcr.io/distroless/static-debian12 AS wasp
+# read-only; /run/xtables.lock is mounted from the node.
+FROM debian:12-slim AS wasp
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iptables \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*
 COPY --from=build /out/wasp /usr/local/bin/wasp
 USER 0:0
 ENTRYPOINT ["/usr/local/bin/wasp"]

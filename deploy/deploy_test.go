@@ -203,8 +203,8 @@ func TestDaemonSet(t *testing.T) {
 	switch {
 	case sc == nil || sc.Capabilities == nil:
 		t.Fatal("wasp: no securityContext capabilities")
-	case !reflect.DeepEqual(sc.Capabilities.Drop, []v1.Capability{"ALL"}) || !reflect.DeepEqual(sc.Capabilities.Add, []v1.Capability{"NET_ADMIN"}):
-		t.Errorf("wasp capabilities: drop %v add %v; want drop ALL, add NET_ADMIN", sc.Capabilities.Drop, sc.Capabilities.Add)
+	case !reflect.DeepEqual(sc.Capabilities.Drop, []v1.Capability{"ALL"}) || !reflect.DeepEqual(sc.Capabilities.Add, []v1.Capability{"NET_ADMIN", "NET_RAW"}):
+		t.Errorf("wasp capabilities: drop %v add %v; want drop ALL, add NET_ADMIN and NET_RAW (iptables-legacy)", sc.Capabilities.Drop, sc.Capabilities.Add)
 	case sc.Privileged != nil && *sc.Privileged:
 		t.Error("wasp runs privileged")
 	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
@@ -349,8 +349,8 @@ func goModVersion(t *testing.T) string {
 }
 
 // TestDockerfile checks what the image must get right: go.mod's Go, a
-// static trimmed build of cmd/wasp, and the binary where the DaemonSet
-// runs it.
+// static trimmed build of cmd/wasp, the iptables tools, and the binary
+// where the DaemonSet runs it.
 func TestDockerfile(t *testing.T) {
 	instrs := dockerfile(t)
 	var (
@@ -358,17 +358,19 @@ func TestDockerfile(t *testing.T) {
 		build      string
 		copyDest   string
 		entrypoint []string
+		installs   string // the final stage's RUN instructions
 	)
 	for _, in := range instrs {
 		word, rest, _ := strings.Cut(in, " ")
 		switch strings.ToUpper(word) {
 		case "FROM":
 			froms = append(froms, rest)
-			copyDest, entrypoint = "", nil // what counts is the last stage's
+			copyDest, entrypoint, installs = "", nil, "" // what counts is the last stage's
 		case "RUN":
 			if strings.Contains(rest, "go build") {
 				build = rest
 			}
+			installs += rest + "\n"
 		case "COPY":
 			if f := strings.Fields(rest); strings.HasPrefix(rest, "--from=") && len(f) == 3 {
 				copyDest = f[2]
@@ -393,6 +395,11 @@ func TestDockerfile(t *testing.T) {
 	}
 	if copyDest != binary || !reflect.DeepEqual(entrypoint, []string{binary}) {
 		t.Errorf("final stage: binary copied to %q, ENTRYPOINT %q; want %s, as the DaemonSet runs it", copyDest, entrypoint, binary)
+	}
+	// iptables mode runs iptables-restore of the node's variant: the
+	// image needs Debian's iptables package (both variants).
+	if !regexp.MustCompile(`apt-get install[^\n]* iptables\b`).MatchString(installs) {
+		t.Errorf("final stage: no apt-get install of iptables (RUN %q): iptables mode needs iptables-restore", installs)
 	}
 	if !hasVersionVar(t, filepath.Join("..", "cmd", "wasp")) {
 		t.Error("-X main.version: cmd/wasp has no package-level var version, so the flag would set nothing")
