@@ -1,6 +1,6 @@
 # wasp — WebAssembly Service Proxy.
 #
-#   make demo      wasp programming nftables on a throwaway two-node lab (Linux, root or sudo)
+#   make demo      wasp programming a throwaway two-node lab (Linux, root or sudo; PROXY_MODE=iptables)
 #   make explain   run wasp's module chain on the bundled sample cluster
 #   make test      everything CI runs: checks, module drift, unit, kernel, fuzz and end-to-end tests
 #   make fuzz      every fuzz target for FUZZTIME each (default 8s)
@@ -32,10 +32,15 @@ BUILD_TAGS  := grpcnotrace
 
 all: check unit
 
-demo: build ## wasp run on a lab of network namespaces, requests to its Services, then teardown (needs root).
-	@if [ "$$(id -u)" = 0 ]; then bin/wasp demo; \
-	elif command -v sudo >/dev/null; then echo "wasp demo creates network namespaces and nftables tables: running it with sudo"; sudo bin/wasp demo; \
-	else bin/wasp demo; fi
+# PROXY_MODE: the demo's proxy mode (make demo PROXY_MODE=iptables); empty:
+# wasp's default, nftables.
+PROXY_MODE ?=
+DEMO_ARGS   = $(if $(PROXY_MODE),--proxy-mode $(PROXY_MODE))
+
+demo: build ## wasp run on a lab of network namespaces, requests to its Services, then teardown (needs root; PROXY_MODE=iptables).
+	@if [ "$$(id -u)" = 0 ]; then bin/wasp demo $(DEMO_ARGS); \
+	elif command -v sudo >/dev/null; then echo "wasp demo creates network namespaces and programs their dataplane: running it with sudo"; sudo bin/wasp demo $(DEMO_ARGS); \
+	else bin/wasp demo $(DEMO_ARGS); fi
 
 explain: ## Run the module chain on the bundled sample cluster.
 	$(GO) run ./cmd/wasp explain --node node-a -o table

@@ -26,8 +26,10 @@ from the client and from node-a, prints who answered, edits the snapshot
 and shows the dataplane follow, then removes everything it created, also
 when interrupted.
 
-It needs root, to create network namespaces and nftables tables.`,
+It needs root, to create network namespaces and program their dataplane
+(nftables, or iptables with --proxy-mode iptables).`,
 		Example: `  make build && sudo bin/wasp demo
+  sudo bin/wasp demo --proxy-mode iptables
   sudo bin/wasp demo --module endpoint-selection=zone-spillover.wasm`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -45,5 +47,6 @@ It needs root, to create network namespaces and nftables tables.`,
 	cmd.Flags().IntVar(&opts.Requests, "requests", demo.DefaultRequests, "requests per target")
 	cmd.Flags().StringArrayVar(&opts.Modules, "module", nil, "STAGE=SOURCE: a module for the proxy (repeatable), as wasp run's")
 	cmd.Flags().BoolVar(&verbose, "proxy-log", false, "copy the proxy's log to stderr")
+	cmd.Flags().StringVar(&opts.ProxyMode, "proxy-mode", "", `the proxy's --proxy-mode: "nftables" or "iptables" ("": wasp run's default)`)
 	return cmd
 }

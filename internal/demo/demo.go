@@ -41,6 +41,9 @@ type Opts struct {
 	Requests int
 	// Modules are --module flags (STAGE=SOURCE) for the proxy. Optional.
 	Modules []string
+	// ProxyMode is the proxy's --proxy-mode ("nftables" or "iptables").
+	// Optional: "" leaves wasp's default.
+	ProxyMode string
 	// ProxyLog, if set, gets the proxy's log as it is written. Optional:
 	// by default the log is kept and its end printed only on failure.
 	ProxyLog io.Writer

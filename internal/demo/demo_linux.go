@@ -38,7 +38,7 @@ func Run(ctx context.Context, opts Opts) (err error) {
 		opts.ReadyTimeout = DefaultReadyTimeout
 	}
 	if os.Geteuid() != 0 {
-		return errors.New("demo: needs root, to create network namespaces and nftables tables: run make build && sudo bin/wasp demo")
+		return errors.New("demo: needs root, to create network namespaces and program their dataplane: run make build && sudo bin/wasp demo")
 	}
 	if err := netlab.Probe(); err != nil {
 		return fmt.Errorf("demo: %w", err)
@@ -74,7 +74,7 @@ func Run(ctx context.Context, opts Opts) (err error) {
 			err = errors.Join(err, terr)
 			return
 		}
-		fmt.Fprintln(out, "Done: no process, nftables table, namespace or file of the demo is left.")
+		fmt.Fprintln(out, "Done: no process, rule, namespace or file of the demo is left.")
 	}()
 	c, err := netlab.BuildCluster(lab, netlab.ClusterSpec{
 		Nodes: []netlab.NodeSpec{
@@ -95,6 +95,11 @@ func Run(ctx context.Context, opts Opts) (err error) {
 	for _, m := range opts.Modules {
 		args = append(args, "--module", m)
 	}
+	dataplane := "dataplane"
+	if opts.ProxyMode != "" {
+		args = append(args, "--proxy-mode", opts.ProxyMode)
+		dataplane = opts.ProxyMode
+	}
 	fmt.Fprintf(out, "Starting wasp in node-a over the bundled cluster (examples/demo/cluster.yaml):\n  wasp %s\n", strings.Join(args, " "))
 	start := time.Now()
 	proc, err = startProxy(node.NS, opts, args)
@@ -104,7 +109,7 @@ func Run(ctx context.Context, opts Opts) (err error) {
 	if err := waitReady(ctx, c, proc, opts.ReadyTimeout, func(string) bool { return true }); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "wasp programmed node-a's nftables in %.1fs\n\n", time.Since(start).Seconds())
+	fmt.Fprintf(out, "wasp programmed node-a's %s in %.1fs\n\n", dataplane, time.Since(start).Seconds())
 
 	ts := targets()
 	tallies := make([]tally, len(ts))

@@ -61,8 +61,19 @@ func proxies(t *testing.T, bin string) []string {
 
 func TestDemo(t *testing.T) {
 	bin := buildWasp(t)
+	for _, mode := range []string{"nftables", "iptables"} {
+		t.Run(mode, func(t *testing.T) { testDemo(t, bin, mode) })
+	}
+}
+
+func testDemo(t *testing.T, bin, mode string) {
+	if mode == "iptables" {
+		if _, err := exec.LookPath("iptables-restore"); err != nil {
+			t.Skip("demo in iptables mode: iptables-restore is not installed (Debian: apt-get install iptables)")
+		}
+	}
 	var out bytes.Buffer
-	if err := Run(context.Background(), Opts{Wasp: bin, Out: &out, Requests: 6}); err != nil {
+	if err := Run(context.Background(), Opts{Wasp: bin, Out: &out, Requests: 6, ProxyMode: mode}); err != nil {
 		t.Fatalf("%v\noutput:\n%s", err, out.String())
 	}
 	for _, want := range []string{
@@ -72,7 +83,8 @@ func TestDemo(t *testing.T) {
 		"from node-a ClusterIP          10.96.0.10:80/TCP       -> response from pod web-",
 		"from client ClusterIP, edited  10.96.0.10:80/TCP       -> response from pod web-3",
 		"Spread per endpoint:",
-		"Done: no process, nftables table, namespace or file of the demo is left.",
+		"wasp programmed node-a's " + mode + " in ",
+		"Done: no process, rule, namespace or file of the demo is left.",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
