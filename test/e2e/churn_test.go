@@ -43,14 +43,27 @@ func TestChurn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute+2*duration)
 	defer cancel()
 	env := fw.Setup(ctx, t)
-	s := &suite{env: env, ctx: ctx}
 	bulk, err := env.BulkClient()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("churn for %s at %d operations a second over up to %d Services", duration, rate, pool)
-	c := &churn{faults: &faults{suite: s, bulk: bulk, rng: newRand(t)},
-		live: map[string]*churnService{}, used: map[netip.Addr]bool{}}
+	t.Logf("churn for %s at %d operations a second over up to %d Services, per dataplane", duration, rate, pool)
+	for _, dp := range fw.Dataplanes(t) {
+		if !t.Run(dp.Name, func(t *testing.T) {
+			env.UseDataplane(t, dp)
+			s := &suite{env: env, ctx: ctx, prefix: "churn-" + dp.Name}
+			c := &churn{faults: &faults{suite: s, bulk: bulk, rng: newRand(t)},
+				live: map[string]*churnService{}, used: map[netip.Addr]bool{}}
+			runChurn(t, c, duration, rate, pool)
+		}) && ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// runChurn is TestChurn on the environment's current dataplane.
+func runChurn(t *testing.T, c *churn, duration time.Duration, rate, pool int) {
+	s, env := c.suite, c.env
 
 	// Conntrack entries of closed connections live 120 s (TIME_WAIT) and
 	// of UDP flows 30 s; in the node's namespace (these timeouts are per
@@ -97,7 +110,7 @@ func TestChurn(t *testing.T) {
 			if warm == 0 && time.Since(start) >= duration/4 {
 				warm = rss
 			}
-			if r, err := fw.ReadRuleset(env.ProxyNS()); err == nil && (peak == nil || r.Elements > peak.Elements) {
+			if r, err := env.ReadRuleset(); err == nil && (peak == nil || r.Rules+r.Elements > peak.Rules+peak.Elements) {
 				peak = r
 			}
 			expectNoCrash(t, w)
@@ -130,7 +143,7 @@ func TestChurn(t *testing.T) {
 	}
 	var after *fw.Ruleset
 	fw.Eventually(t, converge, func() error {
-		if after, err = fw.ReadRuleset(env.ProxyNS()); err != nil {
+		if after, err = env.ReadRuleset(); err != nil {
 			return err
 		}
 		if d := after.Diff(baseline, 10); d != "" {
@@ -374,7 +387,7 @@ func (c *churn) check() (string, error) {
 	// Deleted Services: nothing in the kernel keyed by their address
 	// (unless the apiserver gave it to a live Service since), and a
 	// sample does not answer.
-	r, err := fw.ReadRuleset(c.env.ProxyNS())
+	r, err := c.env.ReadRuleset()
 	if err != nil {
 		return "", err
 	}
@@ -388,9 +401,12 @@ func (c *churn) check() (string, error) {
 			continue
 		}
 		gone = append(gone, ip)
+		// nftables: an element keyed by the address; iptables: a rule
+		// matching it as destination.
 		key := "key=" + hex.EncodeToString(ip.AsSlice())
+		dst := " -d " + ip.String() + "/"
 		for _, l := range r.Lines {
-			if strings.Contains(l, " element ") && strings.Contains(l, key) {
+			if strings.Contains(l, " element ") && strings.Contains(l, key) || strings.Contains(l, dst) {
 				return "", fmt.Errorf("deleted Service %s is still in the kernel: %s", ip, l)
 			}
 		}

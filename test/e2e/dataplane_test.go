@@ -126,15 +126,19 @@ func (s *suite) deleteServices(t *testing.T) {
 	if prefix == "" {
 		prefix = "e2e"
 	}
+	client, err := s.env.BulkClient()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := int32(1); i <= s.n.Load(); i++ {
 		ns := fmt.Sprintf("%s-%d", prefix, i)
-		list, err := s.env.Client.CoreV1().Services(ns).List(s.ctx, metav1.ListOptions{})
+		list, err := client.CoreV1().Services(ns).List(s.ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Errorf("list Services of %s: %v", ns, err)
 			continue
 		}
 		for _, svc := range list.Items {
-			if err := s.env.Client.CoreV1().Services(ns).Delete(s.ctx, svc.Name, metav1.DeleteOptions{}); err != nil {
+			if err := client.CoreV1().Services(ns).Delete(s.ctx, svc.Name, metav1.DeleteOptions{}); err != nil {
 				t.Errorf("delete Service %s/%s: %v", ns, svc.Name, err)
 			}
 		}

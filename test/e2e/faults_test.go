@@ -100,28 +100,37 @@ func newRand(t *testing.T) *rand.Rand {
 // the figures the scenarios log.
 func TestFaults(t *testing.T) {
 	soak := soakDuration(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute+soak)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute+3*soak)
 	defer cancel()
 	env := fw.Setup(ctx, t)
-	s := &suite{env: env, ctx: ctx}
-	f := &faults{suite: s, soak: soak}
-	var err error
-	if f.bulk, err = env.BulkClient(); err != nil {
+	bulk, err := env.BulkClient()
+	if err != nil {
 		t.Fatal(err)
 	}
-	f.rng = newRand(t)
-
-	for _, sc := range []struct {
-		name string
-		run  func(t *testing.T, f *faults)
-	}{
-		{"kill -9 under traffic", testKillUnderTraffic},
-		{"kill -9 during large syncs", testKillDuringSync},
-		{"changes while wasp is down", testChangesWhileDown},
-		{"apiserver outage", testAPIServerOutage},
-		{"unusual objects", testUnusualObjects},
-	} {
-		if !t.Run(sc.name, func(t *testing.T) { sc.run(t, f) }) && ctx.Err() != nil {
+	rng := newRand(t)
+	for _, dp := range fw.Dataplanes(t) {
+		if !t.Run(dp.Name, func(t *testing.T) {
+			env.UseDataplane(t, dp)
+			s := &suite{env: env, ctx: ctx, prefix: "faults-" + dp.Name}
+			// Large syncs' Services must not outlive this dataplane's
+			// turn: the next one's clean start would carry them.
+			defer s.deleteServices(t)
+			f := &faults{suite: s, soak: soak, bulk: bulk, rng: rng}
+			for _, sc := range []struct {
+				name string
+				run  func(t *testing.T, f *faults)
+			}{
+				{"kill -9 under traffic", testKillUnderTraffic},
+				{"kill -9 during large syncs", testKillDuringSync},
+				{"changes while wasp is down", testChangesWhileDown},
+				{"apiserver outage", testAPIServerOutage},
+				{"unusual objects", testUnusualObjects},
+			} {
+				if !t.Run(sc.name, func(t *testing.T) { sc.run(t, f) }) && ctx.Err() != nil {
+					return
+				}
+			}
+		}) && ctx.Err() != nil {
 			return
 		}
 	}
@@ -158,7 +167,11 @@ func fullSyncs(w *fw.Wasp) int {
 // syncEvents are the log lines (at -v 4) that mark the steps of a sync:
 // one transaction per family, each followed by its conntrack cleanup
 // ("Backend synced"), then "Sync done".
-var syncEvents = regexp.MustCompile(`"Synced nftables table"|"Backend synced".*ipFamily="(IPv4|IPv6)"|"Sync done"`)
+var syncEvents = regexp.MustCompile(`"Synced (?:nftables table|iptables)"|"Backend synced".*ipFamily="(IPv4|IPv6)"|"Sync done"`)
+
+// transaction matches a backend's log line (at -v 4) for one family's
+// programmed dataplane: an nftables transaction or an iptables-restore.
+var transaction = regexp.MustCompile(`"Synced (?:nftables table|iptables)"`)
 
 // killPoint says where in its work a wasp killed at -v 4 was, from the
 // last sync step its log shows.
@@ -169,7 +182,7 @@ func killPoint(log string) string {
 	}
 	last := all[len(all)-1]
 	switch {
-	case strings.Contains(last[0], "Synced nftables table"):
+	case transaction.MatchString(last[0]):
 		return "after a transaction, before its conntrack cleanup"
 	case last[1] == "IPv4":
 		return "between the IPv4 and the IPv6 transaction"
@@ -428,9 +441,9 @@ func testKillDuringSync(t *testing.T, f *faults) {
 	for range 5 {
 		w = startWasp()
 		fw.Eventually(t, 3*converge, func() error {
-			if !strings.Contains(w.Log(), `"Synced nftables table"`) {
+			if !transaction.MatchString(w.Log()) {
 				time.Sleep(time.Millisecond) // Eventually waits 50 ms
-				if !strings.Contains(w.Log(), `"Synced nftables table"`) {
+				if !transaction.MatchString(w.Log()) {
 					return errors.New("wasp has not committed a transaction yet")
 				}
 			}
@@ -464,7 +477,7 @@ func testKillDuringSync(t *testing.T, f *faults) {
 // happened to w, for the failure message.
 func expectCleanStartRuleset(t *testing.T, s *suite, w *fw.Wasp, what string) (*fw.Wasp, *fw.Ruleset) {
 	t.Helper()
-	got, err := fw.ReadRuleset(s.env.ProxyNS())
+	got, err := s.env.ReadRuleset()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,7 +487,7 @@ func expectCleanStartRuleset(t *testing.T, s *suite, w *fw.Wasp, what string) (*
 	}
 	w = s.env.StartWasp(t)
 	waitFullSync(t, w, 3*converge)
-	clean, err := fw.ReadRuleset(s.env.ProxyNS())
+	clean, err := s.env.ReadRuleset()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -867,7 +880,7 @@ func testUnusualObjects(t *testing.T, f *faults) {
 	var during *fw.Ruleset
 	fw.Eventually(t, converge, func() error {
 		var err error
-		if during, err = fw.ReadRuleset(s.env.ProxyNS()); err != nil {
+		if during, err = s.env.ReadRuleset(); err != nil {
 			return err
 		}
 		if during.Elements < before.Elements+1000 {
@@ -885,7 +898,7 @@ func testUnusualObjects(t *testing.T, f *faults) {
 	var after *fw.Ruleset
 	fw.Eventually(t, converge, func() error {
 		var err error
-		if after, err = fw.ReadRuleset(s.env.ProxyNS()); err != nil {
+		if after, err = s.env.ReadRuleset(); err != nil {
 			return err
 		}
 		if d := after.Diff(before, 10); d != "" {
@@ -906,12 +919,12 @@ func readRulesetWhenStill(t *testing.T, s *suite) *fw.Ruleset {
 	t.Helper()
 	var r *fw.Ruleset
 	fw.Eventually(t, converge, func() error {
-		a, err := fw.ReadRuleset(s.env.ProxyNS())
+		a, err := s.env.ReadRuleset()
 		if err != nil {
 			return err
 		}
 		time.Sleep(300 * time.Millisecond)
-		if r, err = fw.ReadRuleset(s.env.ProxyNS()); err != nil {
+		if r, err = s.env.ReadRuleset(); err != nil {
 			return err
 		}
 		if d := a.Diff(r, 3); d != "" {
