@@ -39,6 +39,8 @@ var configFlags = []struct{ flag, field string }{
 	{"metrics-bind-address", "metricsBindAddress"},
 	{"profiling-bind-address", "profilingBindAddress"},
 	{"masquerade-all", "linux.masqueradeAll"},
+	{"iptables-masquerade-bit", "iptables.masqueradeBit"},
+	{"iptables-localhost-nodeports", "iptables.localhostNodePorts"},
 	{"oom-score-adj", "linux.oomScoreAdj"},
 	{"conntrack-max-per-core", "linux.conntrack.maxPerCore"},
 	{"conntrack-min", "linux.conntrack.min"},
@@ -200,6 +202,12 @@ func (f *runFlags) applyFlags(fs *pflag.FlagSet, c *v1alpha1.WaspConfiguration) 
 	}
 	c.ProfilingBindAddress = f.profilingBindAddress
 	c.Linux.MasqueradeAll = f.masqueradeAll
+	if set("iptables-masquerade-bit") {
+		c.IPTables.MasqueradeBit = &f.iptablesMasqueradeBit
+	}
+	if set("iptables-localhost-nodeports") {
+		c.IPTables.LocalhostNodePorts = &f.iptablesLocalhostNodePorts
+	}
 	c.Linux.Conntrack.TCPBeLiberal = f.conntrackTCPBeLiberal
 	for _, v := range []struct {
 		flag string

@@ -295,12 +295,12 @@ func TestRunFlagsConfig(t *testing.T) {
 			},
 			cleanup: true, initOnly: true,
 		}},
-		{"iptables", []string{"--proxy-mode", "iptables", "--conntrack-tcp-be-liberal"}, runConfig{
+		{"iptables", []string{"--proxy-mode", "iptables", "--conntrack-tcp-be-liberal", "--iptables-masquerade-bit", "12", "--iptables-localhost-nodeports"}, runConfig{
 			qps: 5, burst: 10, contentType: "application/vnd.kubernetes.protobuf",
 			nodeName: "worker-1", sourcePoll: time.Second, ipFamilyPolicy: "PreferDualStack",
 			// iptables' default: every local address.
 			nodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")},
-			mode:          "iptables", masqueradeBit: 14, tcpBeLiberal: true,
+			mode:          "iptables", masqueradeBit: 12, localhostNodePorts: true, tcpBeLiberal: true,
 			syncPeriod: 30 * time.Second, minSyncPeriod: time.Second, configSyncPeriod: 15 * time.Minute,
 			healthzBindAddress: "0.0.0.0:10256", metricsBindAddress: "127.0.0.1:10249",
 		}},
@@ -550,7 +550,7 @@ var configFlagArgs = map[string]string{
 	"kubeconfig": "/k", "bind-address": "192.0.2.1", "proxy-mode": "nftables", "sync-period": "1m",
 	"min-sync-period": "2s", "config-sync-period": "1h", "cluster-cidr": "10.0.0.0/8", "nodeport-addresses": "0.0.0.0/0",
 	"healthz-bind-address": "", "metrics-bind-address": "", "profiling-bind-address": "127.0.0.1:1",
-	"masquerade-all": "true", "oom-score-adj": "5", "conntrack-max-per-core": "1", "conntrack-min": "1",
+	"masquerade-all": "true", "iptables-masquerade-bit": "13", "iptables-localhost-nodeports": "true", "oom-score-adj": "5", "conntrack-max-per-core": "1", "conntrack-min": "1",
 	"conntrack-tcp-timeout-established": "1s", "conntrack-tcp-timeout-close-wait": "1s", "conntrack-tcp-be-liberal": "true",
 	"conntrack-udp-timeout": "1s", "conntrack-udp-timeout-stream": "1s", "module": "topology=builtin:topology",
 	"module-public-key": "/etc/wasp/release.pub", "module-trusted-root": "/etc/wasp/trusted_root.json",
@@ -702,6 +702,7 @@ func TestRunConfigPrecedence(t *testing.T) {
 			"nodeport-addresses": reflect.DeepEqual(got.NodePortAddresses, []string{"0.0.0.0/0"}),
 			"bind addresses":     *got.HealthzBindAddress == "" && *got.MetricsBindAddress == "" && got.ProfilingBindAddress == "127.0.0.1:1",
 			"masquerade-all":     got.Linux.MasqueradeAll,
+			"iptables":           *got.IPTables.MasqueradeBit == 13 && *got.IPTables.LocalhostNodePorts,
 			"oom-score-adj":      *got.Linux.OOMScoreAdj == 5,
 			"conntrack":          *ct.MaxPerCore == 1 && *ct.Min == 1 && ct.TCPEstablishedTimeout.Duration == time.Second && ct.TCPCloseWaitTimeout.Duration == time.Second && ct.TCPBeLiberal && ct.UDPTimeout.Duration == time.Second && ct.UDPStreamTimeout.Duration == time.Second,
 			"module":             len(got.Modules) == 1 && got.Modules[0].Source == "builtin:topology",
