@@ -72,7 +72,7 @@ func BenchmarkFullSyncFake(b *testing.B) {
 func BenchmarkOneServiceChangePlan(b *testing.B) {
 	s := largeState(benchServices, benchEndpoints)
 	full := timeMean(func() { mustPlan(b, benchOpts, s).Restore() })
-	states := []*backends.State{changedCopy(s, benchServices/2), s}
+	states := []*backends.State{changedCopy(s, len(s.Services)/2), s}
 	cfg, _ := benchOpts.config()
 	p := newPlanner(cfg)
 	prev := p.plan(s)
@@ -109,7 +109,7 @@ func BenchmarkOneServiceChangeSyncFake(b *testing.B) {
 // synced s, syncs s with one service port changed and s in turn, each a
 // partial sync; "ratio" is their mean time against full.
 func syncChanges(b *testing.B, be *Backend, s *backends.State, full time.Duration) {
-	states := []*backends.State{changedCopy(s, benchServices/2), s}
+	states := []*backends.State{changedCopy(s, len(s.Services)/2), s}
 	n := 0
 	for b.Loop() {
 		if err := be.Sync(context.Background(), states[n%2]); err != nil {
