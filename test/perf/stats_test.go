@@ -59,7 +59,7 @@ func syncs(log, marker string) []time.Duration {
 	return out
 }
 
-// parseSizes parses a comma-separated list of positive Service counts,
+// parseSizes parses a comma-separated list of Service counts (0 or more),
 // sorted ascending without duplicates.
 func parseSizes(s string) ([]int, error) {
 	var out []int
@@ -74,8 +74,10 @@ func parseSizes(s string) ([]int, error) {
 		}
 		n, err := strconv.Atoi(num)
 		n *= mult
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("size %q: want a positive number of Services", f)
+		// 0 loads no Services: the proxies at rest, with only the few
+		// Services the measurements create (their fixed cost).
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("size %q: want a number of Services, 0 or more", f)
 		}
 		out = append(out, n)
 	}

@@ -62,7 +62,8 @@ func TestParseSizes(t *testing.T) {
 		{name: "one", in: "1000", want: []int{1000}},
 		{name: "sorted, deduplicated, k suffix", in: "10k, 100,1000,1k", want: []int{100, 1000, 10000}},
 		{name: "empty", in: " , ", wantErr: true},
-		{name: "zero", in: "0", wantErr: true},
+		{name: "zero: the proxies at rest", in: "0,1k", want: []int{0, 1000}},
+		{name: "negative", in: "-1", wantErr: true},
 		{name: "junk", in: "many", wantErr: true},
 	}
 	for _, tt := range tests {
