@@ -1,0 +1,93 @@
+//go:build linux
+
+package dataplane
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/host/metrics"
+	"github.com/wasp-proxy/wasp/host/nodesetup"
+	"github.com/wasp-proxy/wasp/internal/netlab"
+)
+
+// TestModesOnTheKernel runs every row of the table in a throwaway network
+// namespace: its probe passes, its backend programs a Service, and wasp
+// cleanup's pass over every row leaves nothing of wasp's, whichever mode
+// programmed it.
+func TestModesOnTheKernel(t *testing.T) {
+	lab := netlab.NewForTest(t)
+	ctx := context.Background()
+	for _, bin := range []string{"nft", "iptables-save", "iptables-legacy-save"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("needs %s to read the rules back: %v", bin, err)
+		}
+	}
+	for _, m := range Modes {
+		t.Run(string(m.Name), func(t *testing.T) {
+			ns, err := lab.AddNS(string(m.Name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range m.Probe(ctx, ns.Path()) {
+				if p.Outcome != nodesetup.Supported {
+					t.Skipf("the kernel does not run the %s mode: probe %s: %s: %s", m.Name, p.Name, p.Outcome, p.Reason)
+				}
+			}
+			var reports int
+			b, err := m.New(ctx, Opts{Family: backends.IPv4, NetNS: ns.Path(), Synced: func(metrics.BackendSync) { reports++ }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if err := b.Sync(ctx, webState()); err != nil {
+				t.Fatal(err)
+			}
+			if got := leftovers(t, ns); !strings.Contains(got, "10.96.0.10") {
+				t.Fatalf("the %s backend programmed no ClusterIP:\n%s", m.Name, got)
+			}
+			if m.Name == "iptables" && reports != 1 {
+				t.Errorf("%d sync reports, want 1", reports)
+			}
+			for _, c := range Modes {
+				if err := c.CleanupLeftovers(ctx, ns.Path(), []backends.Family{backends.IPv4, backends.IPv6}); err != nil {
+					t.Errorf("cleanup of the %s mode: %v", c.Name, err)
+				}
+			}
+			if got := leftovers(t, ns); got != "" {
+				t.Errorf("left after wasp cleanup:\n%s", got)
+			}
+		})
+	}
+}
+
+// leftovers returns what of wasp's the rules of ns hold: its nftables
+// tables and the WASP- lines of both iptables variants and families.
+func leftovers(t *testing.T, ns *netlab.NS) string {
+	t.Helper()
+	var out []string
+	run := func(name string, args ...string) string {
+		b, err := ns.Command(context.Background(), name, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v: %v: %s", name, args, err, b)
+		}
+		return string(b)
+	}
+	if tables := run("nft", "list", "tables"); strings.Contains(tables, " wasp") {
+		out = append(out, run("nft", "list", "ruleset"))
+	}
+	for _, save := range []string{"iptables-save", "ip6tables-save", "iptables-legacy-save", "ip6tables-legacy-save"} {
+		if _, err := exec.LookPath(save); err != nil {
+			continue
+		}
+		for _, line := range strings.Split(run(save), "\n") {
+			if strings.Contains(line, "WASP-") {
+				out = append(out, save+": "+line)
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
