@@ -102,8 +102,9 @@ type SyncInfo struct {
 	// "nat") after the Sync.
 	Rules map[string]int
 	// Written are the rules the Sync's restore wrote in each table: all
-	// of them in a full Sync, the fixed chains' and the changed service
-	// chains' in a partial one (upstream's iptables_last metric).
+	// of them in a full Sync, those of the chains whose rules changed in
+	// a partial one, none when nothing changed (upstream's iptables_last
+	// metric).
 	Written map[string]int
 }
 
@@ -133,7 +134,7 @@ var (
 // stats count what the Backend did, for tests.
 type stats struct {
 	syncs, full, failures int
-	written               int // service chains written by the last restore
+	written               int // chains written by the last restore
 	stale                 int // chains deleted by the last restore
 	skipped               int // partial syncs with nothing to write, and no restore
 }
@@ -193,32 +194,29 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 	log := klog.FromContext(ctx).WithValues("ipFamily", b.cfg.family.String())
 	full := b.last == nil || b.now().Sub(b.lastFull) >= b.period
 
-	var (
-		write              []*Chain
-		staleNAT           []string
-		staleFilter        []string
-		err                error
-		localhostNodePorts = b.planner.localhostNodePorts(s)
-	)
+	var in *restoreInput
 	if full {
-		write = allServiceChains(rs)
-		if staleFilter, staleNAT, err = b.prepareFull(ctx, rs, localhostNodePorts); err != nil {
+		in = fullInput(rs)
+		var err error
+		if in.staleFilter, in.staleNAT, err = b.prepareFull(ctx, rs, b.planner.localhostNodePorts(s)); err != nil {
 			b.fail()
 			return err
 		}
 	} else {
-		write, staleNAT = changedChains(b.last, rs)
-		if len(write) == 0 && len(staleNAT) == 0 && sameChains(b.last.NAT, rs.NAT) && sameChains(b.last.Filter, rs.Filter) {
-			// Nothing to write: the kernel has it all.
-			b.last = rs
-			b.stats.written, b.stats.stale, b.stats.skipped = 0, 0, b.stats.skipped+1
-			b.info.Full = false
-			return nil
-		}
+		in = partialInput(b.last, rs)
 	}
-	var in strings.Builder
-	writeRestore(&in, rs, write, staleFilter, staleNAT)
-	if err := b.k.restore(ctx, []byte(in.String())); err != nil {
+	written := len(in.nat) + len(in.filter)
+	stale := len(in.staleNAT) + len(in.staleFilter)
+	if written+stale == 0 {
+		// Nothing changed: the kernel has it all.
+		b.last = rs
+		b.stats.written, b.stats.stale, b.stats.skipped = 0, 0, b.stats.skipped+1
+		b.info.Full, b.info.Written = false, map[string]int{TableFilter: 0, TableNAT: 0}
+		return nil
+	}
+	var text strings.Builder
+	writeRestore(&text, in)
+	if err := b.k.restore(ctx, []byte(text.String())); err != nil {
 		b.fail()
 		if full {
 			return fmt.Errorf("iptables %s: full sync: %w: %w", b.cfg.family.String(), ErrRestore, err)
@@ -230,18 +228,12 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 		b.lastFull = b.now()
 		b.stats.full++
 	}
-	b.stats.written, b.stats.stale = len(write), len(staleNAT)+len(staleFilter)
+	b.stats.written, b.stats.stale = written, stale
 	b.info = SyncInfo{Full: full, Rules: map[string]int{TableFilter: rs.Rules(TableFilter), TableNAT: rs.Rules(TableNAT)},
-		Written: map[string]int{TableFilter: countRules(rs.Filter), TableNAT: countRules(rs.NAT) + countRules(write)}}
-	log.V(4).Info("Synced iptables", "full", full, "services", len(s.Services), "chainsWritten", len(write),
-		"staleChains", len(staleNAT)+len(staleFilter), "bytes", in.Len())
+		Written: map[string]int{TableFilter: countRules(in.filter), TableNAT: countRules(in.nat)}}
+	log.V(4).Info("Synced iptables", "full", full, "services", len(s.Services), "chainsWritten", written,
+		"staleChains", stale, "bytes", text.Len())
 	return nil
-}
-
-// sameChains reports whether a and b are the same chains with the same
-// rules.
-func sameChains(a, b []*Chain) bool {
-	return slices.EqualFunc(a, b, func(x, y *Chain) bool { return x.Name == y.Name && slices.Equal(x.Rules, y.Rules) })
 }
 
 // countRules returns the rules of chains.
@@ -473,7 +465,7 @@ func cleanup(ctx context.Context, k kernel, what string, tables ...string) error
 				return fmt.Errorf("iptables %s: delete jump from %s to %s in table %s: %w", what, j.from, j.to, j.table, err)
 			}
 		}
-		writeTable(&in, table, nil, nil, ours)
+		writeTable(&in, table, nil, ours)
 	}
 	if in.Len() == 0 {
 		return nil

@@ -79,9 +79,8 @@ func BenchmarkOneServiceChangePlan(b *testing.B) {
 	var n, size int
 	for b.Loop() {
 		rs := p.plan(states[n%2])
-		write, stale := changedChains(prev, rs)
 		var in strings.Builder
-		writeRestore(&in, rs, write, nil, stale)
+		writeRestore(&in, partialInput(prev, rs))
 		size = in.Len()
 		prev = rs
 		n++

@@ -47,9 +47,10 @@
 //
 // Each Sync is one iptables-restore --noflush (a chain the input declares
 // is flushed and rewritten; the others are left alone), nat first, then
-// filter. A partial sync (upstream's "minimized restore") writes every
-// fixed chain in full, and of the per-service chains only those whose
-// rules changed since the last successful Sync, found by comparing each
+// filter. A partial sync (upstream's "minimized restore") writes only the
+// chains whose rules changed since the last successful Sync: a fixed
+// chain (in full) when one of its rules did, as for a service port that
+// came or went, and the per-service chains found by comparing each
 // changed service port's Fragment with the one programmed; the chains of
 // service ports that changed or left and are no longer wanted are
 // declared (flushed) and deleted ("-X") in the same input, when nothing

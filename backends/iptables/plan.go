@@ -69,7 +69,7 @@ func (rs *Ruleset) Rules(table string) int {
 // every chain (see writeRestore), as a full sync on an empty node would.
 func (rs *Ruleset) Restore() string {
 	var b strings.Builder
-	writeRestore(&b, rs, allServiceChains(rs), nil, nil)
+	writeRestore(&b, fullInput(rs))
 	return b.String()
 }
 

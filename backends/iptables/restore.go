@@ -1,48 +1,86 @@
 package iptables
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
-// writeRestore writes the iptables-restore input (for "--noflush") that
-// programs rs: the nat table, then the filter table. In each, "*table",
-// a declaration of every chain it
-// writes (which, with --noflush, creates the chain or flushes it), then
-// their rules in order, then "-X" for each stale chain, declared too so
-// that it is flushed before its deletion, and "COMMIT". The nat table
-// gets its fixed chains and the service chains to write (every one of rs
-// for a full sync, only the changed ones for a partial sync); the filter
-// table its fixed chains.
+// restoreInput is what one restore writes: per table, the chains to
+// declare (create or flush) and write, and the stale chains to flush and
+// delete.
+type restoreInput struct {
+	nat, filter           []*Chain
+	staleNAT, staleFilter []string
+}
+
+// writeRestore writes the iptables-restore input (for "--noflush") of in:
+// the nat table, then the filter table, each only if it has something to
+// write. In each, "*table", a declaration of every chain it writes (which,
+// with --noflush, creates the chain or flushes it), then their rules in
+// order, then "-X" for each stale chain, declared too so that it is
+// flushed before its deletion, and "COMMIT".
 //
 // Each table's section commits on its own, so nat comes first: the rules
 // a kernel may refuse (statistic, recent, DNAT) are there, and when it
 // refuses one, neither table has changed. Filter rules never jump to nat
 // chains nor the reverse, so new nat rules with the old filter rules are
 // consistent too, should the filter section fail.
-func writeRestore(b *strings.Builder, rs *Ruleset, services []*Chain, staleFilter, staleNAT []string) {
-	writeTable(b, TableNAT, rs.NAT, services, staleNAT)
-	writeTable(b, TableFilter, rs.Filter, nil, staleFilter)
+func writeRestore(b *strings.Builder, in *restoreInput) {
+	if len(in.nat) > 0 || len(in.staleNAT) > 0 {
+		writeTable(b, TableNAT, in.nat, in.staleNAT)
+	}
+	if len(in.filter) > 0 || len(in.staleFilter) > 0 {
+		writeTable(b, TableFilter, in.filter, in.staleFilter)
+	}
 }
 
-func writeTable(b *strings.Builder, table string, fixed, more []*Chain, stale []string) {
+func writeTable(b *strings.Builder, table string, chains []*Chain, stale []string) {
 	b.WriteString("*" + table + "\n")
-	for _, cs := range [][]*Chain{fixed, more} {
-		for _, c := range cs {
-			b.WriteString(":" + c.Name + " - [0:0]\n")
-		}
+	for _, c := range chains {
+		b.WriteString(":" + c.Name + " - [0:0]\n")
 	}
 	for _, name := range stale {
 		b.WriteString(":" + name + " - [0:0]\n")
 	}
-	for _, cs := range [][]*Chain{fixed, more} {
-		for _, c := range cs {
-			for _, r := range c.Rules {
-				b.WriteString("-A " + c.Name + " " + r + "\n")
-			}
+	for _, c := range chains {
+		for _, r := range c.Rules {
+			b.WriteString("-A " + c.Name + " " + r + "\n")
 		}
 	}
 	for _, name := range stale {
 		b.WriteString("-X " + name + "\n")
 	}
 	b.WriteString("COMMIT\n")
+}
+
+// fullInput is the restore of every chain of rs.
+func fullInput(rs *Ruleset) *restoreInput {
+	return &restoreInput{nat: append(slices.Clone(rs.NAT), allServiceChains(rs)...), filter: rs.Filter}
+}
+
+// partialInput is the restore from old to rs: the fixed chains whose
+// rules changed, the service chains whose rules changed (changedChains),
+// and the service chains no longer wanted.
+func partialInput(old, rs *Ruleset) *restoreInput {
+	services, stale := changedChains(old, rs)
+	return &restoreInput{
+		nat:      append(changedFixed(old.NAT, rs.NAT), services...),
+		filter:   changedFixed(old.Filter, rs.Filter),
+		staleNAT: stale,
+	}
+}
+
+// changedFixed returns the chains of now whose rules differ from those of
+// the chain of the same name in old, or that old lacks.
+func changedFixed(old, now []*Chain) []*Chain {
+	var out []*Chain
+	for _, c := range now {
+		i := slices.IndexFunc(old, func(o *Chain) bool { return o.Name == c.Name })
+		if i < 0 || !slices.Equal(old[i].Rules, c.Rules) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // allServiceChains returns every service chain of rs, in order.
