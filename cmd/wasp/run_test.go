@@ -187,6 +187,10 @@ func TestRunFlagErrors(t *testing.T) {
 		want []string
 	}{
 		{"ipvs mode", []string{"--proxy-mode", "ipvs"}, []string{`--proxy-mode: mode: Invalid value: "ipvs": not implemented by wasp: use nftables or iptables`}},
+		{"iptables masquerade bit 0", []string{"--proxy-mode", "iptables", "--iptables-masquerade-bit", "0"},
+			[]string{"iptables.masqueradeBit: 0 is not supported by wasp's iptables backend: use 1 to 31"}},
+		{"iptables masquerade bit 32", []string{"--proxy-mode", "iptables", "--iptables-masquerade-bit", "32"},
+			[]string{"--iptables-masquerade-bit: iptables.masqueradeBit: Invalid value: 32: must be in [0,31]"}},
 		{"unknown mode", []string{"--proxy-mode", "userspace"}, []string{`--proxy-mode: mode: Unsupported value: "userspace"`}},
 		{"source and kubeconfig", []string{"--source", "x.yaml", "--kubeconfig", "k"}, []string{"--source and --kubeconfig"}},
 		{"source and master", []string{"--source", "x.yaml", "--master", "https://a"}, []string{"--source and --master"}},
