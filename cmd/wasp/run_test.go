@@ -651,6 +651,18 @@ func TestRunConfigPrecedence(t *testing.T) {
 			t.Errorf("converted to %+v", got)
 		}
 	})
+	t.Run("the mode written out is kube-proxy's", func(t *testing.T) {
+		for file, want := range map[string]v1alpha1.ProxyMode{"": "iptables", "mode: iptables\n": "iptables", "mode: nftables\n": "nftables", "mode: ipvs\n": "nftables"} {
+			out := filepath.Join(t.TempDir(), "out.yaml")
+			kp := writeFile(t, "kp.yaml", "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"+file)
+			if _, err := execute(t, newFakeEnv().env(), nil, "--config", kp, "--write-config-to", out); err != nil {
+				t.Fatal(err)
+			}
+			if got := loadWritten(t, out).Mode; got != want {
+				t.Errorf("%q: wrote mode %s, want %s", file, got, want)
+			}
+		}
+	})
 	t.Run("master applies", func(t *testing.T) {
 		_, err := execute(t, newFakeEnv().env(), nil, "run", "--config", writeFile(t, "c.yaml", waspFile),
 			"--source", sample(t), "--master", "https://192.0.2.1:6443")
