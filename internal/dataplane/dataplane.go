@@ -17,9 +17,12 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/klog/v2"
+
 	"github.com/wasp-proxy/wasp/backends"
 	"github.com/wasp-proxy/wasp/backends/conntrack"
 	"github.com/wasp-proxy/wasp/backends/iptables"
+	"github.com/wasp-proxy/wasp/backends/iptables/xtables"
 	"github.com/wasp-proxy/wasp/backends/nftables"
 	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
 	"github.com/wasp-proxy/wasp/host/metrics"
@@ -133,11 +136,25 @@ func newNFTables(_ context.Context, o Opts) (backends.Backend, error) {
 
 func newIPTables(ctx context.Context, o Opts) (backends.Backend, error) {
 	b, err := iptables.New(ctx, iptables.Opts{Family: o.Family, NetNS: o.NetNS, MasqueradeBit: o.MasqueradeBit,
-		LocalhostNodePorts: o.LocalhostNodePorts, TCPBeLiberal: o.TCPBeLiberal, FullSyncPeriod: o.FullSyncPeriod})
+		LocalhostNodePorts: o.LocalhostNodePorts, TCPBeLiberal: o.TCPBeLiberal || beLiberal(ctx, o.NetNS), FullSyncPeriod: o.FullSyncPeriod})
 	if err != nil {
 		return nil, err
 	}
 	return withConntrack(reportIPTables(b, o), o)
+}
+
+// beLiberal reports whether the node sets nf_conntrack_tcp_be_liberal in
+// the network namespace at netns, as upstream's iptables mode reads it at
+// start: conntrack then marks no out-of-window packet INVALID, and the
+// INVALID drop rule is not needed. Unreadable (nf_conntrack not loaded):
+// false.
+func beLiberal(ctx context.Context, netns string) bool {
+	v, err := xtables.ReadSysctl(netns, xtables.SysctlTCPBeLiberal)
+	if err != nil || v == "0" {
+		return false
+	}
+	klog.FromContext(ctx).Info("nf_conntrack_tcp_be_liberal is set: no DROP rule for INVALID packets", "value", v)
+	return true
 }
 
 // withConntrack wraps b in the conntrack cleaner, closing b when it

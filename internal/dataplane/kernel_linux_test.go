@@ -91,3 +91,47 @@ func leftovers(t *testing.T, ns *netlab.NS) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestIPTablesReadsBeLiberal: the iptables mode drops INVALID packets
+// unless the node sets nf_conntrack_tcp_be_liberal, which it reads at
+// start as upstream does, whether or not wasp's configuration set it.
+func TestIPTablesReadsBeLiberal(t *testing.T) {
+	lab := netlab.NewForTest(t)
+	ctx := context.Background()
+	m, err := Lookup("iptables")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		sysctl   string
+		wantDrop bool
+	}{{"0", true}, {"1", false}} {
+		t.Run("be_liberal="+tc.sysctl, func(t *testing.T) {
+			ns, err := lab.AddNS("liberal" + tc.sysctl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := m.Probe(ctx, ns.Path()); p[0].Outcome != nodesetup.Supported {
+				t.Skipf("the kernel does not run the iptables mode: %s", p[0].Reason)
+			}
+			if err := ns.Sysctl("net/netfilter/nf_conntrack_tcp_be_liberal", tc.sysctl); err != nil {
+				t.Skipf("nf_conntrack_tcp_be_liberal: %v", err)
+			}
+			b, err := m.New(ctx, Opts{Family: backends.IPv4, NetNS: ns.Path()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if err := b.Sync(ctx, webState()); err != nil {
+				t.Fatal(err)
+			}
+			rules, err := ns.Command(ctx, "iptables-save", "-t", "filter").CombinedOutput()
+			if err != nil {
+				t.Fatalf("iptables-save: %v: %s", err, rules)
+			}
+			if drop := strings.Contains(string(rules), "--ctstate INVALID -j DROP"); drop != tc.wantDrop {
+				t.Errorf("INVALID drop rule %v, want %v:\n%s", drop, tc.wantDrop, rules)
+			}
+		})
+	}
+}
