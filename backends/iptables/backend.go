@@ -443,6 +443,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 // single-rule call, which would load a legacy table that is not there.
 func cleanup(ctx context.Context, k kernel, what string, tables ...string) error {
 	var in strings.Builder
+	removed := map[string]int{} // chains, by table
 	for _, table := range tables {
 		out, err := k.save(ctx, table)
 		if err != nil {
@@ -466,6 +467,7 @@ func cleanup(ctx context.Context, k kernel, what string, tables ...string) error
 			}
 		}
 		writeTable(&in, table, nil, ours)
+		removed[table] = len(ours)
 	}
 	if in.Len() == 0 {
 		return nil
@@ -473,6 +475,7 @@ func cleanup(ctx context.Context, k kernel, what string, tables ...string) error
 	if err := k.restore(ctx, []byte(in.String())); err != nil {
 		return fmt.Errorf("iptables %s: delete chains: %w: %w", what, ErrRestore, err)
 	}
+	klog.FromContext(ctx).Info("Removed wasp's iptables chains and the jumps to them", "iptables", what, "chains", removed)
 	return nil
 }
 

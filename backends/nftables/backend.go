@@ -206,8 +206,14 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	b.programmed, b.verified = nil, false
 	b.epoch++
 	tx := &Transaction{Family: b.cfg.family, Table: b.cfg.table, ops: []op{{kind: opDeleteTable}}}
-	if err := b.k.apply(ctx, tx); err != nil && !errors.Is(err, syscall.ENOENT) {
+	err := b.k.apply(ctx, tx)
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		klog.FromContext(ctx).V(2).Info("No nftables table to delete", "table", ipKeyword(b.cfg.family)+" "+b.cfg.table)
+	case err != nil:
 		return fmt.Errorf("nftables: delete table %s %s: %w", ipKeyword(b.cfg.family), b.cfg.table, err)
+	default:
+		klog.FromContext(ctx).Info("Deleted wasp's nftables table", "table", ipKeyword(b.cfg.family)+" "+b.cfg.table)
 	}
 	return nil
 }
