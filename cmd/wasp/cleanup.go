@@ -19,8 +19,8 @@ func newCleanupCommand(e env) *cobra.Command {
 		Long: `cleanup removes what wasp left behind in every proxy mode, as kube-proxy's
 --cleanup does: the nftables tables "ip wasp" and "ip6 wasp", and the WASP-
 chains (and the jumps to them) of iptables and ip6tables, in both the nft and
-the legacy variant. It says what each mode removed; wasp run --cleanup is the
-same. It succeeds when there is nothing to remove. Connection tracking
+the legacy variant. It logs what it removes, and prints for each mode that
+none of its objects is left; wasp run --cleanup is the same. It succeeds when there is nothing to remove. Connection tracking
 entries are left to expire.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -36,7 +36,8 @@ entries are left to expire.`,
 }
 
 // cleanup removes the dataplane of every mode, of families (nil: both),
-// and writes to out what each mode removed.
+// and writes to out, for each mode that succeeded, that none of its
+// objects is left (the backends log what they removed).
 func cleanup(ctx context.Context, out io.Writer, e env, families []backends.Family) error {
 	if len(families) == 0 {
 		families = []backends.Family{backends.IPv4, backends.IPv6}
@@ -47,7 +48,7 @@ func cleanup(ctx context.Context, out io.Writer, e env, families []backends.Fami
 			errs = append(errs, fmt.Errorf("cleanup %s: %w", m.Name, err))
 			continue
 		}
-		fmt.Fprintf(out, "%s: removed %s (those that were there)\n", m.Name, m.Leftovers)
+		fmt.Fprintf(out, "%s: none left of %s\n", m.Name, m.Leftovers)
 	}
 	return errors.Join(errs...)
 }

@@ -412,7 +412,7 @@ func TestCleanup(t *testing.T) {
 				if !slices.Equal(fe.cleaned, []v1alpha1.ProxyMode{"nftables", "iptables"}) {
 					t.Errorf("modes cleaned up: %v, want nftables and iptables", fe.cleaned)
 				}
-				if !strings.Contains(out, "iptables: removed iptables leftovers") || strings.Contains(out, "nftables: removed") != (tc.fail == 0) {
+				if !strings.Contains(out, "iptables: none left of iptables leftovers") || strings.Contains(out, "nftables: none left") != (tc.fail == 0) {
 					t.Errorf("output %q does not say what each mode removed", out)
 				}
 			}
