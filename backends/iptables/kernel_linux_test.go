@@ -417,3 +417,97 @@ func TestKernelDrift(t *testing.T) {
 		}
 	})
 }
+
+// TestKernelBesideKubeProxy: wasp's chains and a kube-proxy's (KUBE-
+// chains sending the same ClusterIP to another pod) live side by side,
+// as during a migration: wasp's restores and Cleanup never touch the
+// KUBE- chains, an established connection through kube-proxy's rules
+// keeps working while wasp takes over new connections (its jumps come
+// first in the built-in chains), and removing kube-proxy's chains
+// afterwards breaks nothing of wasp's.
+func TestKernelBesideKubeProxy(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		ctx := context.Background()
+		r, err := xtables.New(v, backends.IPv4, c.Nodes[0].NS.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A ClusterIP to b1, masqueraded (the client is off-cluster).
+		b1 := c.Pod("b1").IPv4.String()
+		kube := "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-TEST - [0:0]\n:KUBE-SEP-TEST - [0:0]\n:KUBE-POSTROUTING - [0:0]\n" +
+			"-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j KUBE-SVC-TEST\n" +
+			"-A KUBE-SVC-TEST -j KUBE-SEP-TEST\n" +
+			"-A KUBE-SEP-TEST -p tcp -m tcp -j DNAT --to-destination " + b1 + ":8080\n" +
+			"-A KUBE-POSTROUTING -d " + b1 + "/32 -p tcp -m tcp --dport 8080 -j MASQUERADE\nCOMMIT\n"
+		if err := r.Restore(ctx, []byte(kube)); err != nil {
+			t.Fatal(err)
+		}
+		kubeJumps := [][2]string{{chainPrerouting, "KUBE-SERVICES"}, {chainOutput, "KUBE-SERVICES"}, {chainPostrouting, "KUBE-POSTROUTING"}}
+		for _, j := range kubeJumps {
+			if _, err := r.EnsureRule(ctx, TableNAT, j[0], "-j", j[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		kubeRules := func() string {
+			out, err := r.Save(ctx, TableNAT)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ls []string
+			for _, l := range strings.Split(string(out), "\n") {
+				if strings.Contains(l, "KUBE-") {
+					ls = append(ls, l)
+				}
+			}
+			return strings.Join(ls, "\n")
+		}
+		before := kubeRules()
+		if got := counts(t, c.Client.NS, "tcp", cip10, 3); got["b1"] != 3 {
+			t.Fatalf("through kube-proxy's rules: answers %v, want b1", got)
+		}
+		dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		conn, err := c.Client.NS.Dial(dctx, "tcp", cip10.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if id, err := netlab.Request(dctx, conn); err != nil || id != "b1" {
+			t.Fatalf("established connection: %q, %v", id, err)
+		}
+
+		b := nodeBackend(t, c.Nodes[0], v, backends.IPv4)
+		s := clusterState(c, svc("web", "10.96.0.10", func(s *backends.Service) {
+			s.Cluster = []backends.Endpoint{podEP(c.Pod("a1"), backends.IPv4, 1)}
+		}))
+		syncOK(t, b, s)
+		if got := counts(t, c.Client.NS, "tcp", cip10, 3); got["a1"] != 3 {
+			t.Errorf("with both: new connections answered by %v, want wasp's a1", got)
+		}
+		if id, err := netlab.Request(dctx, conn); err != nil || id != "b1" {
+			t.Errorf("established connection with both: %q, %v; want b1", id, err)
+		}
+		if after := kubeRules(); after != before {
+			t.Errorf("wasp's sync changed kube-proxy's rules:\n%s\nwas\n%s", after, before)
+		}
+
+		// kube-proxy leaves: its chains and jumps go.
+		for _, j := range kubeJumps {
+			if err := r.DeleteRule(ctx, TableNAT, j[0], "-j", j[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, chain := range []string{"KUBE-SERVICES", "KUBE-SVC-TEST", "KUBE-SEP-TEST", "KUBE-POSTROUTING"} {
+			if err := r.DeleteChain(ctx, TableNAT, chain); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if id, err := netlab.Request(dctx, conn); err != nil || id != "b1" {
+			t.Errorf("established connection after kube-proxy left: %q, %v; want b1", id, err)
+		}
+		syncOK(t, b, s)
+		if got := counts(t, c.Client.NS, "tcp", cip10, 3); got["a1"] != 3 {
+			t.Errorf("after kube-proxy left: answers %v, want a1", got)
+		}
+	})
+}
