@@ -40,6 +40,12 @@
 // all of the Node's labels to the modules, and a module may read any of
 // them. ServiceCIDR changes change every State but evaluate nothing.
 //
+// The node's addresses every State carries (its IPs, and where NodePorts
+// answer) follow the node: Opts.NodeAddresses resolves them once the caches
+// synced, at every event of the Node, and every AddressCheckPeriod (for
+// local addresses that change without the Node); a change programs them
+// with a sync that, like a ServiceCIDR change, evaluates nothing.
+//
 // ServiceCIDRs are watched only if discovery, asked once at start, says
 // the apiserver serves them (see serviceCIDRsServed): an informer for an
 // API that is not served would never sync and hold back the first sync.
