@@ -81,9 +81,15 @@ func (d Dataplane) binary(family int, suffix string) string {
 // iptables it marks the proxy node as using d's variant, with kubelet's
 // hint chain, and removes the other variant's. It skips t, with the
 // reason, when d's binaries are missing. The previous dataplane's wasp
-// must have been stopped and cleaned up (CleanupDataplane) before.
+// must have been stopped; whatever it left is removed (wasp cleanup), so
+// that d starts on a clean node.
 func (e *Env) UseDataplane(t testing.TB, d Dataplane) {
 	t.Helper()
+	if e.WaspBin != "" {
+		if out, err := e.RunWasp(context.Background(), "cleanup"); err != nil {
+			t.Fatalf("dataplane %s: wasp cleanup before it: %v\n%s", d.Name, err, out)
+		}
+	}
 	if d.IPTables() {
 		for _, bin := range []string{d.binary(4, ""), d.binary(4, "-restore"), d.binary(4, "-save"), d.binary(6, "-restore")} {
 			if _, err := exec.LookPath(bin); err != nil {
