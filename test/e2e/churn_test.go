@@ -65,10 +65,13 @@ func TestChurn(t *testing.T) {
 func runChurn(t *testing.T, c *churn, duration time.Duration, rate, pool int) {
 	s, env := c.suite, c.env
 
-	// Conntrack entries of closed connections live 120 s (TIME_WAIT) and
-	// of UDP flows 30 s; in the node's namespace (these timeouts are per
-	// namespace) they live 5 s, so that the end can wait for them.
-	for _, k := range []string{"nf_conntrack_tcp_timeout_time_wait", "nf_conntrack_udp_timeout", "nf_conntrack_udp_timeout_stream"} {
+	// Conntrack entries of closed connections live 120 s (TIME_WAIT), of
+	// UDP flows 30 s, and of unanswered SYNs 120 s (in iptables mode, as
+	// upstream's, nothing rejects a deleted Service's address: the probes
+	// that it is silent go on unanswered); in the node's namespace (these
+	// timeouts are per namespace) they live 5 s, so that the end can wait
+	// for them.
+	for _, k := range []string{"nf_conntrack_tcp_timeout_time_wait", "nf_conntrack_tcp_timeout_syn_sent", "nf_conntrack_udp_timeout", "nf_conntrack_udp_timeout_stream"} {
 		if err := env.ProxyNS().Sysctl("net/netfilter/"+k, "5"); err != nil {
 			t.Fatal(err)
 		}
