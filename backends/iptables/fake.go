@@ -26,8 +26,9 @@ import (
 // (DNAT and MASQUERADE are nat's, REJECT filter's), a match iptables
 // lacks ("-m"), a chain name over MaxChainName, and "-X" of a built-in
 // chain, of a missing one or of one a rule still jumps to. The error is a
-// *LineError. Rules are kept as their arguments; Save and Dump show them
-// in iptables-save format.
+// *LineError. Rules are kept as their arguments; Save and Dump show the
+// tables in iptables-save's layout, each rule as it was given (the real
+// iptables-save reorders a rule's options and adds their defaults).
 //
 // It is safe for concurrent use.
 type Fake struct {

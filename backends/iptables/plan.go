@@ -73,9 +73,11 @@ func (rs *Ruleset) Restore() string {
 	return b.String()
 }
 
-// Plan returns the filter and nat rules that program s. It is pure: the
-// same arguments give the same Ruleset. masqueradeBit 0 means
-// DefaultMasqueradeBit.
+// Plan returns the filter and nat rules that program s with the options
+// o (Family, MasqueradeBit, LocalhostNodePorts and TCPBeLiberal count),
+// MASQUERADE taking --random-fully when randomFully. It is pure: the same
+// arguments give the same Ruleset. A State the Backend would refuse is
+// refused with the same error.
 func Plan(o Opts, randomFully bool, s *backends.State) (*Ruleset, error) {
 	cfg, err := o.config()
 	if err != nil {

@@ -23,8 +23,9 @@ type restoreInput struct {
 // Each table's section commits on its own, so nat comes first: the rules
 // a kernel may refuse (statistic, recent, DNAT) are there, and when it
 // refuses one, neither table has changed. Filter rules never jump to nat
-// chains nor the reverse, so new nat rules with the old filter rules are
-// consistent too, should the filter section fail.
+// chains nor the reverse, so should the filter section fail after nat
+// committed, every jump still has its chain, and the next (full) sync
+// brings the filter rules in line.
 func writeRestore(b *strings.Builder, in *restoreInput) {
 	if len(in.nat) > 0 || len(in.staleNAT) > 0 {
 		writeTable(b, TableNAT, in.nat, in.staleNAT)
