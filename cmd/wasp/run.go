@@ -544,6 +544,7 @@ func runProxy(ctx context.Context, e env, c *runConfig, mode dataplane.Mode) err
 			}
 		}
 	}()
+	cleanupOtherModes(ctx, e, mode)
 	for _, f := range families {
 		b, err := mode.New(ctx, dataplane.Opts{Family: f, MasqueradeBit: c.masqueradeBit, LocalhostNodePorts: c.localhostNodePorts,
 			TCPBeLiberal: c.tcpBeLiberal, Conntrack: mx.Conntrack(), Synced: mx.BackendSynced})
@@ -648,6 +649,22 @@ func runProxy(ctx context.Context, e env, c *runConfig, mode dataplane.Mode) err
 	p.Run(ctx)
 	logger.Info("Stopped; the dataplane stays in place (wasp cleanup removes it)")
 	return nil
+}
+
+// cleanupOtherModes removes what wasp left behind in every mode but mode,
+// of both families, as upstream does when it starts: a node moved from one
+// mode to the other must not keep the old mode's rules, which would still
+// catch its traffic. Only wasp's own objects are touched; failures are
+// logged, not fatal.
+func cleanupOtherModes(ctx context.Context, e env, mode dataplane.Mode) {
+	for _, m := range e.modes {
+		if m.Name == mode.Name {
+			continue
+		}
+		if err := m.CleanupLeftovers(ctx, "", []backends.Family{backends.IPv4, backends.IPv6}); err != nil {
+			klog.FromContext(ctx).Error(err, "Removing what wasp left in another mode failed", "otherMode", m.Name)
+		}
+	}
 }
 
 // newClient returns the clientset of the cluster, or of the snapshot

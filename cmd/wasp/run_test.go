@@ -475,6 +475,10 @@ func TestRunModes(t *testing.T) {
 			if !slices.Equal(fe.built, []v1alpha1.ProxyMode{tc.want}) || !slices.Equal(fe.probed, []v1alpha1.ProxyMode{tc.want}) {
 				t.Errorf("backends built in modes %v, probes of %v; want %s alone", fe.built, fe.probed, tc.want)
 			}
+			// What wasp left in the other mode is removed, as upstream.
+			if other := map[v1alpha1.ProxyMode]v1alpha1.ProxyMode{"nftables": "iptables", "iptables": "nftables"}[tc.want]; !slices.Equal(fe.cleaned, []v1alpha1.ProxyMode{other}) {
+				t.Errorf("modes cleaned up at start: %v, want %s alone", fe.cleaned, other)
+			}
 			if tc.warning != "" && !strings.Contains(out, tc.warning) {
 				t.Errorf("output %q lacks %q", out, tc.warning)
 			}
