@@ -81,8 +81,8 @@ func largeState(n, eps int) *backends.State {
 }
 
 // goldenState4 is backendtest.Golden4 with a NodePort on the sticky
-// service port (affinity across frontends) and a load balancer of
-// external policy Cluster with two remote endpoints.
+// service port (affinity across frontends), a load balancer of external
+// policy Cluster with two remote endpoints, and an SCTP service port.
 func goldenState4() *backends.State {
 	s := backendtest.Golden4()
 	for i := range s.Services {
@@ -94,6 +94,10 @@ func goldenState4() *backends.State {
 		s.NodePort = 30018
 		s.LoadBalancerVIPs = []netip.Addr{ip("203.0.113.18")}
 		s.Cluster = []backends.Endpoint{ep("10.244.2.18", 1), ep("10.244.2.19", 1)}
+	}), svc("sctp", "10.96.0.20", func(s *backends.Service) {
+		s.Protocol, s.Key = backends.SCTP, "demo/sctp:http/SCTP/IPv4"
+		s.NodePort = 30020
+		s.Cluster = []backends.Endpoint{ep("10.244.2.20", 1)}
 	})))
 	return s
 }

@@ -361,6 +361,8 @@ func TestPacketFlows(t *testing.T) {
 		{name: "weighted", src: offNodePod, dst: "10.96.0.11:80", want: "10.244.1.11:8080, 10.244.2.11:8080"},
 		{name: "UDP", src: offNodePod, dst: "10.96.0.17:53", proto: "udp", want: "10.244.1.17:53"},
 		{name: "UDP service, TCP packet", src: offNodePod, dst: "10.96.0.17:53", want: "10.96.0.17:53"},
+		{name: "SCTP", src: offNodePod, dst: "10.96.0.20:80", proto: "sctp", want: "10.244.2.20:8080"},
+		{name: "SCTP NodePort", src: client, dst: nodeIP + ":30020", proto: "sctp", want: "10.244.2.20:8080", masq: true},
 		{name: "hairpin is masqueraded", src: "10.244.1.17", dst: "10.96.0.17:53", proto: "udp", want: "10.244.1.17:53", masq: true},
 		{name: "no endpoints: reject", src: offNodePod, dst: "10.96.0.13:80", want: "REJECT"},
 		{name: "no endpoints: external IP rejects", src: client, dst: "192.0.2.13:80", want: "REJECT"},
