@@ -196,9 +196,8 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 
 	var in *restoreInput
 	if full {
-		in = fullInput(rs)
 		var err error
-		if in.staleFilter, in.staleNAT, err = b.prepareFull(ctx, rs, b.planner.localhostNodePorts(s)); err != nil {
+		if in, err = b.prepareFull(ctx, rs, b.planner.localhostNodePorts(s)); err != nil {
 			b.fail()
 			return err
 		}
@@ -210,8 +209,13 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 	if written+stale == 0 {
 		// Nothing changed: the kernel has it all.
 		b.last = rs
+		if full {
+			b.lastFull = b.now()
+			b.stats.full++
+		}
 		b.stats.written, b.stats.stale, b.stats.skipped = 0, 0, b.stats.skipped+1
-		b.info.Full, b.info.Written = false, map[string]int{TableFilter: 0, TableNAT: 0}
+		b.info = SyncInfo{Full: full, Rules: map[string]int{TableFilter: rs.Rules(TableFilter), TableNAT: rs.Rules(TableNAT)},
+			Written: map[string]int{TableFilter: 0, TableNAT: 0}}
 		return nil
 	}
 	var text strings.Builder
@@ -251,58 +255,76 @@ func (b *Backend) fail() {
 }
 
 // prepareFull ensures the chains the built-in ones jump to and the jump
-// rules, sets route_localnet for localhost NodePorts, and lists the
-// chains of wasp's the tables hold that rs does not want (service chains
-// of service ports that left; a fixed chain of other options, such as
+// rules, sets route_localnet for localhost NodePorts, reads both tables
+// back, and returns the restore of a full sync: every chain of rs whose
+// rules the tables do not already hold (readSave), and the chains of
+// wasp's the tables hold that rs does not want (service chains of
+// service ports that left; a fixed chain of other options, such as
 // WASP-FIREWALL without localhost NodePorts, whose jumps it deletes
-// first), for the restore to delete.
-func (b *Backend) prepareFull(ctx context.Context, rs *Ruleset, localhostNodePorts bool) (staleFilter, staleNAT []string, err error) {
+// first).
+func (b *Backend) prepareFull(ctx context.Context, rs *Ruleset, localhostNodePorts bool) (*restoreInput, error) {
 	fam := b.cfg.family.String()
 	for _, j := range b.cfg.jumps() {
 		if err := b.k.ensureChain(ctx, j.table, j.to); err != nil {
-			return nil, nil, fmt.Errorf("iptables %s: ensure chain %s of table %s: %w", fam, j.to, j.table, err)
+			return nil, fmt.Errorf("iptables %s: ensure chain %s of table %s: %w", fam, j.to, j.table, err)
 		}
 		if _, err := b.k.ensureRule(ctx, j.table, j.from, j.args()...); err != nil {
-			return nil, nil, fmt.Errorf("iptables %s: ensure jump from %s to %s in table %s: %w", fam, j.from, j.to, j.table, err)
+			return nil, fmt.Errorf("iptables %s: ensure jump from %s to %s in table %s: %w", fam, j.from, j.to, j.table, err)
 		}
 	}
 	for _, table := range []string{TableNAT, TableFilter} {
 		if err := b.k.ensureChain(ctx, table, ChainCanary); err != nil {
-			return nil, nil, fmt.Errorf("iptables %s: ensure chain %s of table %s: %w", fam, ChainCanary, table, err)
+			return nil, fmt.Errorf("iptables %s: ensure chain %s of table %s: %w", fam, ChainCanary, table, err)
 		}
 	}
 	if localhostNodePorts {
 		if err := b.k.routeLocalnet(ctx); err != nil {
-			return nil, nil, fmt.Errorf("iptables %s: localhost NodePorts: %w", fam, err)
+			return nil, fmt.Errorf("iptables %s: localhost NodePorts: %w", fam, err)
 		}
 	}
+	all := fullInput(rs)
 	wanted := map[string]bool{ChainCanary: true}
-	for _, cs := range [][]*Chain{rs.NAT, rs.Filter, allServiceChains(rs)} {
+	for _, cs := range [][]*Chain{all.nat, all.filter} {
 		for _, c := range cs {
 			wanted[c.Name] = true
 		}
 	}
-	stale := map[string][]string{}
-	for _, table := range []string{TableNAT, TableFilter} {
-		chains, err := b.savedChains(ctx, table)
+	in := &restoreInput{}
+	for _, t := range []struct {
+		table string
+		plan  []*Chain
+		write *[]*Chain
+		stale *[]string
+	}{{TableNAT, all.nat, &in.nat, &in.staleNAT}, {TableFilter, all.filter, &in.filter, &in.staleFilter}} {
+		out, err := b.k.save(ctx, t.table)
 		if err != nil {
-			return nil, nil, err
+			return nil, fmt.Errorf("iptables %s: save table %s: %w", fam, t.table, err)
 		}
-		for _, name := range chains {
+		saved, err := readSave(out)
+		if err != nil {
+			return nil, fmt.Errorf("iptables %s: table %s: %w", fam, t.table, err)
+		}
+		for _, c := range t.plan {
+			if !saved.same(c) {
+				*t.write = append(*t.write, c)
+			}
+		}
+		for _, name := range saved.chains {
 			if strings.HasPrefix(name, Prefix) && !wanted[name] {
-				stale[table] = append(stale[table], name)
+				*t.stale = append(*t.stale, name)
 			}
 		}
 	}
+	stale := map[string][]string{TableNAT: in.staleNAT, TableFilter: in.staleFilter}
 	for _, j := range anyJumps() {
 		if !slices.Contains(stale[j.table], j.to) {
 			continue
 		}
 		if err := b.k.deleteRule(ctx, j.table, j.from, j.args()...); err != nil {
-			return nil, nil, fmt.Errorf("iptables %s: delete jump from %s to stale %s in table %s: %w", fam, j.from, j.to, j.table, err)
+			return nil, fmt.Errorf("iptables %s: delete jump from %s to stale %s in table %s: %w", fam, j.from, j.to, j.table, err)
 		}
 	}
-	return stale[TableFilter], stale[TableNAT], nil
+	return in, nil
 }
 
 // anyJumps are the jumps of every configuration.

@@ -55,14 +55,19 @@
 // service ports that changed or left and are no longer wanted are
 // declared (flushed) and deleted ("-X") in the same input, when nothing
 // references them any more; when no rule of any chain changed, it runs
-// no restore at all. A full sync writes every chain, and deletes
-// every chain of wasp's that iptables-save lists (nat and filter) but the
-// plan does not have, such as the chains of a service port that left
-// while no process ran, or WASP-FIREWALL after localhost NodePorts were
-// turned off (its jumps deleted first). It happens at the first Sync of a process (which
-// so reconciles with what an earlier process left, without flushing
-// anything apart: established connections keep their conntrack entries),
-// after any failure, after Cleanup, and every Opts.FullSyncPeriod.
+// no restore at all. A full sync trusts no record: it reads both tables
+// back with iptables-save (readback.go) and writes every chain whose
+// rules there differ from the plan, each rule compared in a canonical
+// form that undoes iptables-save's reordering and defaults (canonRule; a
+// rule it cannot read makes its chain be written), and deletes every
+// chain of wasp's the tables hold but the plan lacks, such as the chains
+// of a service port that left while no process ran, or WASP-FIREWALL
+// after localhost NodePorts were turned off (its jumps deleted first). It
+// happens at the first Sync of a process, which so reconciles with what an
+// earlier process left without flushing anything apart (established
+// connections keep their conntrack entries) and, when the State did not
+// change meanwhile, writes nothing; after any failure, after Cleanup or
+// drift, and every Opts.FullSyncPeriod.
 //
 // CheckDrift (backends.DriftChecker) looks for the empty canary chain
 // WASP-PROXY-CANARY that every full sync makes in nat and filter, as

@@ -126,8 +126,8 @@ func savedChains(t *testing.T, n *netlab.Node, v xtables.Variant, table string) 
 }
 
 // TestKernelGoldenLoads: the golden states' restores are accepted by both
-// variants, IPv4 and IPv6, leave the chains the Fake has, and a second
-// Sync of the same state writes no service chain.
+// variants, IPv4 and IPv6, leave the chains the Fake has, a second Sync of
+// the same state writes nothing, and neither does a restart's full sync.
 func TestKernelGoldenLoads(t *testing.T) {
 	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
 		for _, s := range []*backends.State{goldenState4(), goldenState6()} {
@@ -137,7 +137,15 @@ func TestKernelGoldenLoads(t *testing.T) {
 			}
 			syncOK(t, b, s)
 			if b.stats.written != 0 || b.LastSync().Full {
-				t.Errorf("%s: the second sync wrote %d service chains, full %v", s.Family, b.stats.written, b.LastSync().Full)
+				t.Errorf("%s: the second sync wrote %d chains, full %v", s.Family, b.stats.written, b.LastSync().Full)
+			}
+			// A restart's full sync reads every chain back as planned
+			// (canonRule knows how iptables-save shows each rule) and
+			// writes nothing.
+			again := nodeBackend(t, c.Nodes[0], v, s.Family)
+			syncOK(t, again, s)
+			if again.stats.written != 0 || again.stats.stale != 0 || !again.LastSync().Full {
+				t.Errorf("%s: a restart's full sync wrote %d chains and deleted %d, full %v; want nothing", s.Family, again.stats.written, again.stats.stale, again.LastSync().Full)
 			}
 			r, err := xtables.New(v, s.Family, c.Nodes[0].NS.Path())
 			if err != nil {

@@ -1,0 +1,71 @@
+package iptables
+
+import (
+	"testing"
+)
+
+// TestCanonRule: a rule as wasp writes it and as iptables-save shows it
+// (lines taken from both variants' output) are one canonical rule; a
+// change of any value is another; an option canonRule does not know makes
+// the rule unreadable.
+func TestCanonRule(t *testing.T) {
+	canon := func(t *testing.T, rule string) (string, bool) {
+		t.Helper()
+		args, err := splitArgs(rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return canonRule(args)
+	}
+	for _, tt := range []struct{ name, ours, saved string }{
+		{"masquerade mark", "-j MARK --or-mark 0x4000", "-j MARK --set-xmark 0x4000/0x4000"},
+		{"mark clear", "-j MARK --xor-mark 0x4000", "-j MARK --set-xmark 0x4000/0x0"},
+		{"mark match", "-m mark ! --mark 0x4000/0x4000 -j RETURN", "-m mark ! --mark 0x4000/0x4000 -j RETURN"},
+		{"dispatch", `-m comment --comment "demo/web:http cluster IP" -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j WASP-SVC-X`,
+			`-d 10.96.0.10/32 -p tcp -m comment --comment "demo/web:http cluster IP" -m tcp --dport 80 -j WASP-SVC-X`},
+		{"affinity check", `-m comment --comment "demo/sticky:http -> 10.244.1.12:8080" -m recent --name WASP-SEP-Q --rcheck --seconds 10800 --reap -j WASP-SEP-Q`,
+			`-m comment --comment "demo/sticky:http -> 10.244.1.12:8080" -m recent --rcheck --seconds 10800 --reap --name WASP-SEP-Q --mask 255.255.255.255 --rsource -j WASP-SEP-Q`},
+		{"affinity set", `-m comment --comment "demo/sticky:http" -m recent --name WASP-SEP-Q --set -p tcp -m tcp -j DNAT --to-destination 10.244.1.12:8080`,
+			`-p tcp -m comment --comment "demo/sticky:http" -m recent --set --name WASP-SEP-Q --mask 255.255.255.255 --rsource -m tcp -j DNAT --to-destination 10.244.1.12:8080`},
+		{"probability", "-m statistic --mode random --probability 0.3333333333 -j WASP-SEP-A", "-m statistic --mode random --probability 0.33333333349 -j WASP-SEP-A"},
+		{"reject", "-d 10.96.0.13/32 -p tcp -m tcp --dport 80 -j REJECT", "-d 10.96.0.13/32 -p tcp -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable"},
+		{"martian", `-d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`,
+			`-d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`},
+		{"a bare address", "-s 10.244.1.12 -j WASP-MARK-MASQ", "-s 10.244.1.12/32 -j WASP-MARK-MASQ"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, okA := canon(t, tt.ours)
+			b, okB := canon(t, tt.saved)
+			if !okA || !okB || a != b {
+				t.Errorf("ours %q (%v), saved %q (%v): differ", a, okA, b, okB)
+			}
+		})
+	}
+	for _, tt := range []struct{ name, a, b string }{
+		{"another probability", "-m statistic --mode random --probability 0.5000000000 -j A", "-m statistic --mode random --probability 0.5000100000 -j A"},
+		{"negated", "-s 10.0.0.0/8 -j A", "! -s 10.0.0.0/8 -j A"},
+		{"another target", "-j A", "-j B"},
+		{"another comment", `-m comment --comment "a" -j A`, `-m comment --comment "b" -j A`},
+		{"another mark", "-j MARK --or-mark 0x4000", "-j MARK --or-mark 0x8000"},
+		{"or and xor", "-j MARK --or-mark 0x4000", "-j MARK --xor-mark 0x4000"},
+		{"timeout", "-m recent --name A --rcheck --seconds 10 --reap -j A", "-m recent --name A --rcheck --seconds 11 --reap -j A"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, _ := canon(t, tt.a)
+			b, _ := canon(t, tt.b)
+			if a == b {
+				t.Errorf("%q and %q read as the same rule %q", tt.a, tt.b, a)
+			}
+		})
+	}
+	for _, rule := range []string{
+		"-m recent --name A --rcheck --mask 255.255.255.0 -j A",
+		"-j REJECT --reject-with tcp-reset",
+		"-i eth0 -j A",
+		"-m statistic --mode random --probability",
+	} {
+		if c, ok := canon(t, rule); ok {
+			t.Errorf("%q read as %q; want unreadable", rule, c)
+		}
+	}
+}
