@@ -38,6 +38,29 @@ func doubleAndRuntime(t *testing.T) ([]byte, *runtime.Runtime) {
 	return double, rt
 }
 
+// replaceFile replaces the file at path as a ConfigMap update does: a new
+// file renamed over the old one.
+func replaceFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// builtinWasm returns the embedded builtin module name.
+func builtinWasm(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := modules.Wasm(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // TestModuleReloader replaces the file of an endpoint-selection module
 // under a reloader: a broken file leaves the running chain alone, a good
 // one is swapped in, and the chain it replaced is closed once the swap is
@@ -45,25 +68,9 @@ func doubleAndRuntime(t *testing.T) ([]byte, *runtime.Runtime) {
 func TestModuleReloader(t *testing.T) {
 	ctx := context.Background()
 	double, rt := doubleAndRuntime(t)
-	selection, err := modules.Wasm("selection")
-	if err != nil {
-		t.Fatal(err)
-	}
-
 	path := filepath.Join(t.TempDir(), "selection.wasm")
-	// write replaces the file as a ConfigMap update does: a new file
-	// renamed over the old one.
-	write := func(b []byte) {
-		t.Helper()
-		tmp := path + ".new"
-		if err := os.WriteFile(tmp, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(selection)
+	write := func(b []byte) { t.Helper(); replaceFile(t, path, b) }
+	write(builtinWasm(t, "selection"))
 	specs := []chain.Spec{{Stage: abi.StageEndpointSelection, Source: path}}
 	first, err := chain.Load(ctx, rt, specs)
 	if err != nil {
