@@ -1,0 +1,303 @@
+//go:build linux
+
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wasp-proxy/wasp/backends"
+	bt "github.com/wasp-proxy/wasp/backends/backendtest"
+	"github.com/wasp-proxy/wasp/backends/iptables/xtables"
+	"github.com/wasp-proxy/wasp/internal/netlab"
+)
+
+// churnSyncs is how many Syncs TestKernelSyncKeepsNewConnections runs per
+// variant: WASP_CHURN_SYNCS, or 100.
+func churnSyncs(t *testing.T) int {
+	t.Helper()
+	return envInt(t, "WASP_CHURN_SYNCS", 100)
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+// churnStable is the service port whose rules never change while the
+// others churn.
+var churnStable = netip.MustParseAddrPort("10.96.0.10:80")
+
+// churnState returns a State with the stable service port (TCP and UDP,
+// endpoints a1 and b1) and a random subset of n other service ports with
+// random endpoints, some with none.
+func churnState(c *netlab.Cluster, r *rand.Rand, n int) *backends.State {
+	a1, b1, a2 := c.Pod("a1"), c.Pod("b1"), c.Pod("a2")
+	stable := bt.Service("stable", churnStable.Addr(), bt.Endpoints(bt.Endpoint(a1.IPv4, 1), bt.Endpoint(b1.IPv4, 1)))
+	svcs := []backends.Service{stable, bt.UDPTwin(stable)}
+	pool := []netip.Addr{a1.IPv4, a2.IPv4, b1.IPv4}
+	for i := range n {
+		if r.IntN(3) == 0 {
+			continue
+		}
+		var eps []backends.Endpoint
+		for _, a := range pool {
+			if r.IntN(2) == 0 {
+				eps = append(eps, bt.Endpoint(a, uint32(1+r.IntN(3))))
+			}
+		}
+		ip := netip.AddrFrom4([4]byte{10, 96, 1, byte(i + 1)})
+		svcs = append(svcs, bt.Service(fmt.Sprintf("churn-%d", i), ip, bt.Endpoints(eps...), bt.WithNodePort(bt.NodePort(i))))
+	}
+	return clusterState(c, svcs...)
+}
+
+// connStats counts the requests of a prober and those that failed.
+type connStats struct {
+	tcp, udp, tcpLost, udpLost atomic.Int64
+	mu                         sync.Mutex
+	errs                       []string
+}
+
+func (s *connStats) fail(network string, err error) {
+	if network == "tcp" {
+		s.tcpLost.Add(1)
+	} else {
+		s.udpLost.Add(1)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.errs) < 10 {
+		s.errs = append(s.errs, fmt.Sprintf("%s %s: %v", time.Now().Format("15:04:05.000"), network, err))
+	}
+}
+
+func (s *connStats) String() string {
+	return fmt.Sprintf("tcp %d lost of %d, udp %d lost of %d", s.tcpLost.Load(), s.tcp.Load(), s.udpLost.Load(), s.udp.Load())
+}
+
+// probe opens new TCP connections (each answered once, then closed) and
+// sends UDP requests (each from a new socket) from ns to to, with
+// workers of each, until ctx is done. A request lost gets its 2 s (its
+// SYN and one retransmission, as a client with a 2 s dial timeout).
+func probe(ctx context.Context, t *testing.T, ns *netlab.NS, to netip.AddrPort, workers int) (*connStats, func()) {
+	t.Helper()
+	st := &connStats{}
+	var wg sync.WaitGroup
+	for _, network := range []string{"tcp", "udp"} {
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// One locked thread in the namespace for the whole loop:
+				// sockets are made where the dialing thread is.
+				err := ns.Do(func() error {
+					for ctx.Err() == nil {
+						if err := askOnce(network, to); err != nil {
+							if ctx.Err() != nil {
+								return nil
+							}
+							st.fail(network, err)
+						}
+						if network == "tcp" {
+							st.tcp.Add(1)
+						} else {
+							st.udp.Add(1)
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+	}
+	return st, wg.Wait
+}
+
+func askOnce(network string, to netip.AddrPort) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c, err := (&net.Dialer{}).DialContext(ctx, network, to.String())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = netlab.Request(ctx, c)
+	return err
+}
+
+// TestKernelSyncKeepsNewConnections: while the Backend runs many Syncs
+// that change other service ports (partial syncs, which rewrite the fixed
+// chains, and every tenth a full one), new TCP connections and UDP
+// requests to a service port whose rules never change are all answered.
+func TestKernelSyncKeepsNewConnections(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		node := c.Nodes[0]
+		b := nodeBackend(t, node, v, backends.IPv4)
+		r := rand.New(rand.NewPCG(1, 2))
+		syncOK(t, b, churnState(c, r, 20))
+		if got := counts(t, c.Client.NS, "tcp", churnStable, 2); got["a1"]+got["b1"] != 2 {
+			t.Fatalf("before the churn: %v", got)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		st, wait := probe(ctx, t, c.Client.NS, churnStable, 2)
+		syncs, full := churnSyncs(t), 0
+		for i := range syncs {
+			if i%10 == 9 {
+				b.lastFull = time.Time{} // the next Sync is a full one
+				full++
+			}
+			if err := b.Sync(context.Background(), churnState(c, r, 20)); err != nil {
+				cancel()
+				wait()
+				t.Fatalf("sync %d: %v", i, err)
+			}
+		}
+		time.Sleep(2500 * time.Millisecond) // what is in flight ends
+		cancel()
+		wait()
+		t.Logf("%s: %d syncs (%d full): %s", v, syncs, full, st)
+		for _, e := range st.errs {
+			t.Log(e)
+		}
+		if st.tcpLost.Load()+st.udpLost.Load() > 0 {
+			t.Errorf("%s: requests to %s lost while other service ports changed: %s", v, churnStable, st)
+		}
+	})
+}
+
+// TestKernelRawRestoreKeepsNewConnections is the same probe while the
+// variant's own iptables-restore --noflush rewrites, over and over, the
+// chains a Sync wrote: no rule changes at all. It tells the tool's and
+// the kernel's part from the Backend's. It runs only with
+// WASP_RAW_RESTORES set, to that many restores.
+func TestKernelRawRestoreKeepsNewConnections(t *testing.T) {
+	if os.Getenv("WASP_RAW_RESTORES") == "" {
+		t.Skip("a measurement: set WASP_RAW_RESTORES to the number of restores")
+	}
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		node := c.Nodes[0]
+		b := nodeBackend(t, node, v, backends.IPv4)
+		r := rand.New(rand.NewPCG(1, 2))
+		s := churnState(c, r, 20)
+		syncOK(t, b, s)
+		input := []byte(b.last.Restore())
+		bin := map[xtables.Variant]string{xtables.NFT: "iptables-nft-restore", xtables.Legacy: "iptables-legacy-restore"}[v]
+		ctx, cancel := context.WithCancel(context.Background())
+		st, wait := probe(ctx, t, c.Client.NS, churnStable, 2)
+		n := envInt(t, "WASP_RAW_RESTORES", 1)
+		for i := range n {
+			cmd := exec.Command("nsenter", "--net="+node.NS.Path(), "--", bin, "--noflush", "-w", "5")
+			cmd.Stdin = bytes.NewReader(input)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				cancel()
+				wait()
+				t.Fatalf("restore %d: %v: %s", i, err, out)
+			}
+		}
+		time.Sleep(2500 * time.Millisecond)
+		cancel()
+		wait()
+		t.Logf("%s: %d raw restores: %s", v, n, st)
+		for _, e := range st.errs {
+			t.Log(e)
+		}
+		if st.tcpLost.Load()+st.udpLost.Load() > 0 {
+			t.Errorf("%s: requests to %s lost while %s rewrote the same rules: %s", v, churnStable, bin, st)
+		}
+	})
+}
+
+// TestKernelEndpointChangeKeepsNewConnections: while the endpoints of the
+// probed service port change at every Sync (each endpoint answering
+// throughout), new TCP connections and UDP requests to it are all
+// answered.
+func TestKernelEndpointChangeKeepsNewConnections(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		node := c.Nodes[0]
+		b := nodeBackend(t, node, v, backends.IPv4)
+		r := rand.New(rand.NewPCG(3, 4))
+		pods := []*netlab.Pod{c.Pod("a1"), c.Pod("a2"), c.Pod("b1")}
+		state := func() *backends.State {
+			var eps []backends.Endpoint
+			for len(eps) == 0 {
+				for _, p := range pods {
+					if r.IntN(2) == 0 {
+						eps = append(eps, bt.Endpoint(p.IPv4, 1))
+					}
+				}
+			}
+			svc := bt.Service("moving", churnStable.Addr(), bt.Endpoints(eps...))
+			return clusterState(c, svc, bt.UDPTwin(svc))
+		}
+		syncOK(t, b, state())
+		ctx, cancel := context.WithCancel(context.Background())
+		st, wait := probe(ctx, t, c.Client.NS, churnStable, 2)
+		syncs := churnSyncs(t)
+		// The other family's Backend syncs at the same time, as in the
+		// daemon.
+		b6 := nodeBackend(t, node, v, backends.IPv6)
+		r6 := rand.New(rand.NewPCG(5, 6))
+		done6 := make(chan error, 1)
+		go func() {
+			for i := range syncs {
+				if i%10 == 9 {
+					b6.lastFull = time.Time{}
+				}
+				if err := b6.Sync(context.Background(), bt.To6(churnState(c, r6, 20))); err != nil {
+					done6 <- err
+					return
+				}
+				if _, err := b6.CheckDrift(context.Background()); err != nil {
+					done6 <- err
+					return
+				}
+			}
+			done6 <- nil
+		}()
+		for i := range syncs {
+			if i%10 == 9 {
+				b.lastFull = time.Time{}
+			}
+			if err := b.Sync(context.Background(), state()); err != nil {
+				cancel()
+				wait()
+				t.Fatalf("sync %d: %v", i, err)
+			}
+		}
+		if err := <-done6; err != nil {
+			t.Error(err)
+		}
+		time.Sleep(2500 * time.Millisecond)
+		cancel()
+		wait()
+		t.Logf("%s: %d syncs: %s", v, syncs, st)
+		for _, e := range st.errs {
+			t.Log(e)
+		}
+		if st.tcpLost.Load()+st.udpLost.Load() > 0 {
+			t.Errorf("%s: requests to %s lost while its endpoints changed: %s", v, churnStable, st)
+		}
+	})
+}
