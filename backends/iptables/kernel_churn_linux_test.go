@@ -99,8 +99,9 @@ func (s *connStats) String() string {
 // sends UDP requests (each from a new socket) from ns to to, with
 // workers of each, until ctx is done. A request lost gets its 2 s (its
 // SYN and one retransmission, as a client with a 2 s dial timeout).
-func probe(ctx context.Context, t *testing.T, ns *netlab.NS, to netip.AddrPort, workers int) (*connStats, func()) {
+func probe(t *testing.T, ns *netlab.NS, to netip.AddrPort, workers int) *prober {
 	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
 	st := &connStats{}
 	var wg sync.WaitGroup
 	for _, network := range []string{"tcp", "udp"} {
@@ -132,7 +133,29 @@ func probe(ctx context.Context, t *testing.T, ns *netlab.NS, to netip.AddrPort, 
 			}()
 		}
 	}
-	return st, wg.Wait
+	return &prober{connStats: st, to: to, stop: func() { cancel(); wg.Wait() }}
+}
+
+// prober is a running probe.
+type prober struct {
+	*connStats
+	to   netip.AddrPort
+	stop func() // ends the probe and waits for its workers
+}
+
+// finish lets the requests in flight end, stops the probe, logs its
+// counts and fails t if a request was lost while what happened.
+func (p *prober) finish(t *testing.T, v xtables.Variant, what string) {
+	t.Helper()
+	time.Sleep(2500 * time.Millisecond)
+	p.stop()
+	t.Logf("%s: %s: %s", v, what, p)
+	for _, e := range p.errs {
+		t.Log(e)
+	}
+	if p.tcpLost.Load()+p.udpLost.Load() > 0 {
+		t.Errorf("%s: requests to %s lost while %s: %s", v, p.to, what, p)
+	}
 }
 
 func askOnce(network string, to netip.AddrPort) error {
@@ -160,8 +183,7 @@ func TestKernelSyncKeepsNewConnections(t *testing.T) {
 		if got := counts(t, c.Client.NS, "tcp", churnStable, 2); got["a1"]+got["b1"] != 2 {
 			t.Fatalf("before the churn: %v", got)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		st, wait := probe(ctx, t, c.Client.NS, churnStable, 2)
+		st := probe(t, c.Client.NS, churnStable, 2)
 		syncs, full := churnSyncs(t), 0
 		for i := range syncs {
 			if i%10 == 9 {
@@ -169,21 +191,11 @@ func TestKernelSyncKeepsNewConnections(t *testing.T) {
 				full++
 			}
 			if err := b.Sync(context.Background(), churnState(c, r, 20)); err != nil {
-				cancel()
-				wait()
+				st.stop()
 				t.Fatalf("sync %d: %v", i, err)
 			}
 		}
-		time.Sleep(2500 * time.Millisecond) // what is in flight ends
-		cancel()
-		wait()
-		t.Logf("%s: %d syncs (%d full): %s", v, syncs, full, st)
-		for _, e := range st.errs {
-			t.Log(e)
-		}
-		if st.tcpLost.Load()+st.udpLost.Load() > 0 {
-			t.Errorf("%s: requests to %s lost while other service ports changed: %s", v, churnStable, st)
-		}
+		st.finish(t, v, fmt.Sprintf("%d syncs changed other service ports (%d full)", syncs, full))
 	})
 }
 
@@ -204,28 +216,17 @@ func TestKernelRawRestoreKeepsNewConnections(t *testing.T) {
 		syncOK(t, b, s)
 		input := []byte(b.last.Restore())
 		bin := map[xtables.Variant]string{xtables.NFT: "iptables-nft-restore", xtables.Legacy: "iptables-legacy-restore"}[v]
-		ctx, cancel := context.WithCancel(context.Background())
-		st, wait := probe(ctx, t, c.Client.NS, churnStable, 2)
+		st := probe(t, c.Client.NS, churnStable, 2)
 		n := envInt(t, "WASP_RAW_RESTORES", 1)
 		for i := range n {
 			cmd := exec.Command("nsenter", "--net="+node.NS.Path(), "--", bin, "--noflush", "-w", "5")
 			cmd.Stdin = bytes.NewReader(input)
 			if out, err := cmd.CombinedOutput(); err != nil {
-				cancel()
-				wait()
+				st.stop()
 				t.Fatalf("restore %d: %v: %s", i, err, out)
 			}
 		}
-		time.Sleep(2500 * time.Millisecond)
-		cancel()
-		wait()
-		t.Logf("%s: %d raw restores: %s", v, n, st)
-		for _, e := range st.errs {
-			t.Log(e)
-		}
-		if st.tcpLost.Load()+st.udpLost.Load() > 0 {
-			t.Errorf("%s: requests to %s lost while %s rewrote the same rules: %s", v, churnStable, bin, st)
-		}
+		st.finish(t, v, fmt.Sprintf("%s rewrote the same rules %d times", bin, n))
 	})
 }
 
@@ -252,8 +253,7 @@ func TestKernelEndpointChangeKeepsNewConnections(t *testing.T) {
 			return clusterState(c, svc, bt.UDPTwin(svc))
 		}
 		syncOK(t, b, state())
-		ctx, cancel := context.WithCancel(context.Background())
-		st, wait := probe(ctx, t, c.Client.NS, churnStable, 2)
+		st := probe(t, c.Client.NS, churnStable, 2)
 		syncs := churnSyncs(t)
 		// The other family's Backend syncs at the same time, as in the
 		// daemon.
@@ -281,23 +281,13 @@ func TestKernelEndpointChangeKeepsNewConnections(t *testing.T) {
 				b.lastFull = time.Time{}
 			}
 			if err := b.Sync(context.Background(), state()); err != nil {
-				cancel()
-				wait()
+				st.stop()
 				t.Fatalf("sync %d: %v", i, err)
 			}
 		}
 		if err := <-done6; err != nil {
 			t.Error(err)
 		}
-		time.Sleep(2500 * time.Millisecond)
-		cancel()
-		wait()
-		t.Logf("%s: %d syncs: %s", v, syncs, st)
-		for _, e := range st.errs {
-			t.Log(e)
-		}
-		if st.tcpLost.Load()+st.udpLost.Load() > 0 {
-			t.Errorf("%s: requests to %s lost while its endpoints changed: %s", v, churnStable, st)
-		}
+		st.finish(t, v, fmt.Sprintf("%d syncs changed its endpoints", syncs))
 	})
 }
