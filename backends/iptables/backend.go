@@ -136,7 +136,8 @@ type stats struct {
 	syncs, full, failures int
 	written               int // chains written by the last restore
 	stale                 int // chains deleted by the last restore
-	skipped               int // partial syncs with nothing to write, and no restore
+	skipped               int // syncs with nothing to write, and no restore
+	jumps                 int // jump rules the last full sync found missing and added
 }
 
 // NewWithFake returns a Backend that programs f, an in-memory iptables of
@@ -194,10 +195,13 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 	log := klog.FromContext(ctx).WithValues("ipFamily", b.cfg.family.String())
 	full := b.last == nil || b.now().Sub(b.lastFull) >= b.period
 
-	var in *restoreInput
+	var (
+		in    *restoreInput
+		jumps []jump
+	)
 	if full {
 		var err error
-		if in, err = b.prepareFull(ctx, rs, b.planner.localhostNodePorts(s)); err != nil {
+		if in, jumps, err = b.prepareFull(ctx, rs, b.planner.localhostNodePorts(s)); err != nil {
 			b.fail()
 			return err
 		}
@@ -206,26 +210,22 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 	}
 	written := len(in.nat) + len(in.filter)
 	stale := len(in.staleNAT) + len(in.staleFilter)
-	if written+stale == 0 {
-		// Nothing changed: the kernel has it all.
-		b.last = rs
-		if full {
-			b.lastFull = b.now()
-			b.stats.full++
-		}
-		b.stats.written, b.stats.stale, b.stats.skipped = 0, 0, b.stats.skipped+1
-		b.info = SyncInfo{Full: full, Rules: map[string]int{TableFilter: rs.Rules(TableFilter), TableNAT: rs.Rules(TableNAT)},
-			Written: map[string]int{TableFilter: 0, TableNAT: 0}}
-		return nil
-	}
 	var text strings.Builder
-	writeRestore(&text, in)
-	if err := b.k.restore(ctx, []byte(text.String())); err != nil {
-		b.fail()
-		if full {
-			return fmt.Errorf("iptables %s: full sync: %w: %w", b.cfg.family.String(), ErrRestore, err)
+	if written+stale > 0 {
+		writeRestore(&text, in)
+		if err := b.k.restore(ctx, []byte(text.String())); err != nil {
+			b.fail()
+			if full {
+				return fmt.Errorf("iptables %s: full sync: %w: %w", b.cfg.family.String(), ErrRestore, err)
+			}
+			return fmt.Errorf("iptables %s: %w: %w: %w", b.cfg.family.String(), ErrPartialRestore, ErrRestore, err)
 		}
-		return fmt.Errorf("iptables %s: %w: %w: %w", b.cfg.family.String(), ErrPartialRestore, ErrRestore, err)
+	} else {
+		b.stats.skipped++ // the kernel has it all
+	}
+	if err := b.ensureJumps(ctx, jumps); err != nil {
+		b.fail()
+		return err
 	}
 	b.last = rs
 	if full {
@@ -254,42 +254,31 @@ func (b *Backend) fail() {
 	b.stats.failures++
 }
 
-// prepareFull ensures the chains the built-in ones jump to and the jump
-// rules, sets route_localnet for localhost NodePorts, reads both tables
-// back, and returns the restore of a full sync: every chain of rs whose
-// rules the tables do not already hold (readSave), and the chains of
-// wasp's the tables hold that rs does not want (service chains of
-// service ports that left; a fixed chain of other options, such as
-// WASP-FIREWALL without localhost NodePorts, whose jumps it deletes
-// first).
-func (b *Backend) prepareFull(ctx context.Context, rs *Ruleset, localhostNodePorts bool) (*restoreInput, error) {
+// prepareFull reads both tables back and returns the restore of a full
+// sync: every chain of rs whose rules the tables do not already hold
+// (readSave), and the chains of wasp's the tables hold that rs does not
+// want (service chains of service ports that left; a fixed chain of
+// other options, such as WASP-FIREWALL without localhost NodePorts, whose
+// jumps it deletes first); and the jumps from the built-in chains the
+// tables lack, to add once the restore made their chains. It sets
+// route_localnet for localhost NodePorts. When the tables hold the plan,
+// it costs two iptables-save calls and no other.
+func (b *Backend) prepareFull(ctx context.Context, rs *Ruleset, localhostNodePorts bool) (*restoreInput, []jump, error) {
 	fam := b.cfg.family.String()
-	for _, j := range b.cfg.jumps() {
-		if err := b.k.ensureChain(ctx, j.table, j.to); err != nil {
-			return nil, fmt.Errorf("iptables %s: ensure chain %s of table %s: %w", fam, j.to, j.table, err)
-		}
-		if _, err := b.k.ensureRule(ctx, j.table, j.from, j.args()...); err != nil {
-			return nil, fmt.Errorf("iptables %s: ensure jump from %s to %s in table %s: %w", fam, j.from, j.to, j.table, err)
-		}
-	}
-	for _, table := range []string{TableNAT, TableFilter} {
-		if err := b.k.ensureChain(ctx, table, ChainCanary); err != nil {
-			return nil, fmt.Errorf("iptables %s: ensure chain %s of table %s: %w", fam, ChainCanary, table, err)
-		}
-	}
 	if localhostNodePorts {
 		if err := b.k.routeLocalnet(ctx); err != nil {
-			return nil, fmt.Errorf("iptables %s: localhost NodePorts: %w", fam, err)
+			return nil, nil, fmt.Errorf("iptables %s: localhost NodePorts: %w", fam, err)
 		}
 	}
 	all := fullInput(rs)
-	wanted := map[string]bool{ChainCanary: true}
+	wanted := map[string]bool{}
 	for _, cs := range [][]*Chain{all.nat, all.filter} {
 		for _, c := range cs {
 			wanted[c.Name] = true
 		}
 	}
 	in := &restoreInput{}
+	var missing []jump
 	for _, t := range []struct {
 		table string
 		plan  []*Chain
@@ -298,11 +287,11 @@ func (b *Backend) prepareFull(ctx context.Context, rs *Ruleset, localhostNodePor
 	}{{TableNAT, all.nat, &in.nat, &in.staleNAT}, {TableFilter, all.filter, &in.filter, &in.staleFilter}} {
 		out, err := b.k.save(ctx, t.table)
 		if err != nil {
-			return nil, fmt.Errorf("iptables %s: save table %s: %w", fam, t.table, err)
+			return nil, nil, fmt.Errorf("iptables %s: save table %s: %w", fam, t.table, err)
 		}
 		saved, err := readSave(out)
 		if err != nil {
-			return nil, fmt.Errorf("iptables %s: table %s: %w", fam, t.table, err)
+			return nil, nil, fmt.Errorf("iptables %s: table %s: %w", fam, t.table, err)
 		}
 		for _, c := range t.plan {
 			if !saved.same(c) {
@@ -314,17 +303,33 @@ func (b *Backend) prepareFull(ctx context.Context, rs *Ruleset, localhostNodePor
 				*t.stale = append(*t.stale, name)
 			}
 		}
-	}
-	stale := map[string][]string{TableNAT: in.staleNAT, TableFilter: in.staleFilter}
-	for _, j := range anyJumps() {
-		if !slices.Contains(stale[j.table], j.to) {
-			continue
+		for _, j := range b.cfg.jumps() {
+			if j.table == t.table && !saved.hasJump(j) {
+				missing = append(missing, j)
+			}
 		}
-		if err := b.k.deleteRule(ctx, j.table, j.from, j.args()...); err != nil {
-			return nil, fmt.Errorf("iptables %s: delete jump from %s to stale %s in table %s: %w", fam, j.from, j.to, j.table, err)
+		for _, j := range anyJumps() {
+			if j.table != t.table || !slices.Contains(*t.stale, j.to) || !saved.hasJump(j) {
+				continue
+			}
+			if err := b.k.deleteRule(ctx, j.table, j.from, j.args()...); err != nil {
+				return nil, nil, fmt.Errorf("iptables %s: delete jump from %s to stale %s in table %s: %w", fam, j.from, j.to, j.table, err)
+			}
 		}
 	}
-	return in, nil
+	return in, missing, nil
+}
+
+// ensureJumps adds the jumps from the built-in chains, after the restore
+// that made the chains they jump to.
+func (b *Backend) ensureJumps(ctx context.Context, jumps []jump) error {
+	b.stats.jumps = len(jumps)
+	for _, j := range jumps {
+		if _, err := b.k.ensureRule(ctx, j.table, j.from, j.args()...); err != nil {
+			return fmt.Errorf("iptables %s: ensure jump from %s to %s in table %s: %w", b.cfg.family.String(), j.from, j.to, j.table, err)
+		}
+	}
+	return nil
 }
 
 // anyJumps are the jumps of every configuration.

@@ -20,8 +20,9 @@
 // input upstream hashes: each name is upstream's with the prefix
 // changed. So wasp and kube-proxy never touch each other's chains, and a
 // node can move from one to the other without a failed connection. The
-// built-in chains jump to wasp's with rules of their own, ensured (one
-// iptables call each) at every full sync.
+// built-in chains jump to wasp's with rules of their own, which a full
+// sync adds (one iptables call each, after its restore) when it does not
+// find them in what it reads back.
 //
 // What a service port means (its routes, frontends, firewall sources,
 // masquerade) is decided by the backends package; this package only
@@ -70,7 +71,7 @@
 // drift, and every Opts.FullSyncPeriod.
 //
 // CheckDrift (backends.DriftChecker) looks for the empty canary chain
-// WASP-PROXY-CANARY that every full sync makes in nat and filter, as
+// WASP-PROXY-CANARY the plan has in nat and filter, as
 // upstream's KUBE-PROXY-CANARY: when a firewall reload deleted it, with
 // wasp's other chains, the next Sync is a full one.
 //

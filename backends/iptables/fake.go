@@ -419,19 +419,6 @@ func (f *Fake) save(ctx context.Context, table string) ([]byte, error) {
 	return []byte(t.save(table)), nil
 }
 
-func (f *Fake) ensureChain(ctx context.Context, table, chain string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	t := f.tables[table]
-	if t == nil {
-		return fmt.Errorf("table %s does not exist", table)
-	}
-	if t.chains[chain] != nil {
-		return nil
-	}
-	return t.newChain(chain)
-}
-
 func (f *Fake) chainExists(ctx context.Context, table, chain string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

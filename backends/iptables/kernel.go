@@ -16,8 +16,6 @@ type kernel interface {
 	restore(ctx context.Context, input []byte) error
 	// save returns iptables-save -t table.
 	save(ctx context.Context, table string) ([]byte, error)
-	// ensureChain creates chain in table unless it exists.
-	ensureChain(ctx context.Context, table, chain string) error
 	// chainExists reports whether table has chain.
 	chainExists(ctx context.Context, table, chain string) (bool, error)
 	// ensureRule prepends the rule to chain unless it is there.

@@ -25,6 +25,8 @@ import (
 //     endpoints change, a partial Sync; "ratio" is its cost against the
 //     full sync of the same N in the same namespace, measured first
 //     ("full-s").
+//   - BenchmarkKernelRestartSync/<variant>/<N>: a restarted Backend's
+//     first Sync on tables that hold its State, against the full sync.
 //
 //	go test -run '^$' -bench Kernel -benchtime 3x ./backends/iptables/
 
@@ -99,6 +101,38 @@ func BenchmarkKernelOneServiceChange(b *testing.B) {
 				}
 				full := time.Since(start)
 				syncChanges(b, be, s, full)
+				b.ReportMetric(full.Seconds(), "full-s")
+			})
+		}
+	}
+}
+
+// BenchmarkKernelRestartSync: a new Backend's first Sync (a full one)
+// on tables that already hold its State, as after a restart: it reads
+// both tables back and writes nothing. "ratio" is its cost against the
+// first full sync into empty tables of the same run ("full-s").
+func BenchmarkKernelRestartSync(b *testing.B) {
+	for _, v := range []xtables.Variant{xtables.Legacy, xtables.NFT} {
+		for _, n := range benchSizes(v) {
+			s := largeState(n, benchEndpoints)
+			b.Run(fmt.Sprintf("%s/%d", v, n), func(b *testing.B) {
+				ctx := context.Background()
+				ns := kernelBenchNS(b, v)
+				start := time.Now()
+				if err := kernelBenchBackend(b, v, ns).Sync(ctx, s); err != nil {
+					b.Fatal(err)
+				}
+				full := time.Since(start)
+				var written int
+				for b.Loop() {
+					be := kernelBenchBackend(b, v, ns)
+					if err := be.Sync(ctx, s); err != nil {
+						b.Fatal(err)
+					}
+					written = be.stats.written
+				}
+				b.ReportMetric(float64(written), "chains/restore")
+				b.ReportMetric(float64(b.Elapsed())/float64(b.N)/float64(full), "ratio")
 				b.ReportMetric(full.Seconds(), "full-s")
 			})
 		}

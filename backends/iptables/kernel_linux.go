@@ -39,10 +39,6 @@ func (k *xtKernel) save(ctx context.Context, table string) ([]byte, error) {
 	return k.r.Save(ctx, table)
 }
 
-func (k *xtKernel) ensureChain(ctx context.Context, table, chain string) error {
-	return k.r.EnsureChain(ctx, table, chain)
-}
-
 func (k *xtKernel) chainExists(ctx context.Context, table, chain string) (bool, error) {
 	return k.r.ChainExists(ctx, table, chain)
 }

@@ -490,6 +490,7 @@ func (p *planner) fixed(s *backends.State, w *stateWide, rs *Ruleset) {
 		}
 		rs.Filter = append(rs.Filter, c)
 	}
+	rs.Filter = append(rs.Filter, &Chain{Name: ChainCanary})
 
 	// nat
 	svcs := gather(ChainServices, func(f *Fragment) []string { return f.natServices })
@@ -531,6 +532,7 @@ func (p *planner) fixed(s *backends.State, w *stateWide, rs *Ruleset) {
 		}},
 		{Name: ChainMarkMasq, Rules: []string{join("-j", targetMark, "--or-mark", mark)}},
 		offCluster,
+		{Name: ChainCanary},
 	}
 }
 

@@ -151,11 +151,14 @@ func canonMark(v string) (string, error) {
 type savedTable struct {
 	chains []string
 	rules  map[string][]string
+	// jumps are the canonical rules of other chains (the built-in ones)
+	// that jump to one of wasp's.
+	jumps map[string][]string
 }
 
 // readSave reads iptables-save output of one table.
 func readSave(save []byte) (*savedTable, error) {
-	t := &savedTable{rules: map[string][]string{}}
+	t := &savedTable{rules: map[string][]string{}, jumps: map[string][]string{}}
 	unreadable := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(save))
 	sc.Buffer(nil, 1<<20)
@@ -176,6 +179,14 @@ func readSave(save []byte) (*savedTable, error) {
 				unreadable[chain] = true
 			}
 			t.rules[chain] = append(t.rules[chain], c)
+		case strings.HasPrefix(line, "-A ") && strings.Contains(line, " -j "+Prefix):
+			args, err := splitArgs(line)
+			if err != nil || len(args) < 2 {
+				return nil, fmt.Errorf("iptables-save line %q: %v", line, err)
+			}
+			if c, ok := canonRule(args[2:]); ok {
+				t.jumps[args[1]] = append(t.jumps[args[1]], c)
+			}
 		}
 	}
 	for chain := range unreadable {
@@ -205,4 +216,11 @@ func (t *savedTable) same(c *Chain) bool {
 		}
 	}
 	return true
+}
+
+// hasJump reports whether j is in its built-in chain, as far as
+// canonRule can tell.
+func (t *savedTable) hasJump(j jump) bool {
+	c, ok := canonRule(j.args())
+	return ok && slices.Contains(t.jumps[j.from], c)
 }
