@@ -337,16 +337,6 @@ func anyJumps() []jump {
 	return config{family: backends.IPv4, localhostNodePorts: true}.jumps()
 }
 
-// savedChains returns the names of the chains of table, as iptables-save
-// lists them.
-func (b *Backend) savedChains(ctx context.Context, table string) ([]string, error) {
-	out, err := b.k.save(ctx, table)
-	if err != nil {
-		return nil, fmt.Errorf("iptables %s: save table %s: %w", b.cfg.family.String(), table, err)
-	}
-	return chainNames(out), nil
-}
-
 // chainNames returns the chains declared in iptables-save output.
 func chainNames(save []byte) []string {
 	var out []string
