@@ -86,7 +86,11 @@ func mib(n int64) string {
 // dataplane, with the ratio wasp/kube-proxy.
 func table(results []*result, cfg config, machine string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "wasp vs upstream kube-proxy %s (%s mode, both), Services x %d endpoints\n", controlplane.KubernetesVersion, cfg.mode, loadEndpoints)
+	mode := cfg.mode
+	if mode == "iptables" {
+		mode += ", iptables-" + cfg.variant
+	}
+	fmt.Fprintf(&b, "wasp vs upstream kube-proxy %s (%s mode, both), Services x %d endpoints\n", controlplane.KubernetesVersion, mode, loadEndpoints)
 	fmt.Fprintf(&b, "machine at the end: %s\n", machine)
 	fmt.Fprintf(&b, "min sync period %s for both; changes: median of %d; dataplane: %d sequential connections per path, connect + one request\n\n", cfg.minSync, cfg.repeat, cfg.conns)
 

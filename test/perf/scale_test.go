@@ -32,6 +32,7 @@ type config struct {
 	repeat   int // new Services and endpoint changes measured per size
 	minSync  time.Duration
 	mode     string // both proxies' mode: nftables or iptables
+	variant  string // in iptables mode, both proxies' iptables variant: nft or legacy
 	out      string
 	logs     string // directory to keep the proxies' logs in
 	profiles string // directory to keep wasp's heap profiles in
@@ -48,6 +49,11 @@ func configFromEnv() (config, error) {
 	case "nftables", "iptables":
 	default:
 		return c, fmt.Errorf("WASP_PERF_MODE: %q is neither nftables nor iptables", c.mode)
+	}
+	switch c.variant = envOr("WASP_PERF_IPTABLES_VARIANT", "nft"); c.variant {
+	case "nft", "legacy":
+	default:
+		return c, fmt.Errorf("WASP_PERF_IPTABLES_VARIANT: %q is neither nft nor legacy", c.variant)
 	}
 	if c.sizes, err = parseSizes(envOr("WASP_PERF_SIZES", "100,1000,5000,10000")); err != nil {
 		return c, fmt.Errorf("WASP_PERF_SIZES: %w", err)
@@ -156,6 +162,9 @@ func TestScale(t *testing.T) {
 	}
 	env.Client = client
 	routeLab(t, env)
+	if cfg.mode == "iptables" && cfg.variant == "legacy" {
+		kubeProxyBin = useIPTablesLegacy(t, env, kubeProxyBin)
+	}
 
 	var proxies []*proxy
 	for _, name := range cfg.proxies {
@@ -411,4 +420,41 @@ func setRoute(t *testing.T, ns *netlab.NS, dst, via string) {
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
+}
+
+// useIPTablesLegacy makes both proxies use iptables-legacy: wasp finds
+// kubelet's hint chain in legacy's mangle table of its node, as on a
+// legacy node; kube-proxy, a bare binary without the image's wrapper,
+// runs the iptables commands first in its PATH, so it runs through a
+// script that puts links to the legacy binaries there. It returns what to
+// run as kube-proxy (the script execs it: the PID is kube-proxy's).
+func useIPTablesLegacy(t *testing.T, env *fw.Env, kubeProxyBin string) string {
+	t.Helper()
+	if out, err := env.ProxyNS().Command(context.Background(), "iptables-legacy", "-w", "-t", "mangle", "-N", "KUBE-IPTABLES-HINT").CombinedOutput(); err != nil {
+		t.Fatalf("iptables-legacy hint in %s: %v\n%s", fw.ProxyNode, err, out)
+	}
+	if kubeProxyBin == "" {
+		return ""
+	}
+	dir := filepath.Join(env.Dir, "iptables-legacy")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range []string{"iptables", "ip6tables"} {
+		for _, suffix := range []string{"", "-save", "-restore"} {
+			target, err := exec.LookPath(fam + "-legacy" + suffix)
+			if err != nil {
+				t.Fatalf("iptables-legacy for kube-proxy: %v", err)
+			}
+			if err := os.Symlink(target, filepath.Join(dir, fam+suffix)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	script := filepath.Join(env.Dir, "kube-proxy-legacy")
+	body := fmt.Sprintf("#!/bin/sh\nPATH=%s:$PATH exec %s \"$@\"\n", dir, kubeProxyBin)
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return script
 }
