@@ -5,6 +5,7 @@ package iptables
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -12,8 +13,10 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,17 +81,30 @@ type connStats struct {
 	errs                       []string
 }
 
-func (s *connStats) fail(network string, err error) {
+// fail counts a lost request from local port, and keeps the first
+// errors with the conntrack entries of node for that port: whether the
+// request was translated (and to what), and whether an answer came back.
+func (s *connStats) fail(network string, port int, err error, node *netlab.Node) {
 	if network == "tcp" {
 		s.tcpLost.Add(1)
 	} else {
 		s.udpLost.Add(1)
 	}
+	at := time.Now().Format("15:04:05.000")
+	s.mu.Lock()
+	keep := len(s.errs) < 10
+	s.mu.Unlock()
+	if !keep {
+		return
+	}
+	ct := "conntrack(8) not installed"
+	if _, lerr := exec.LookPath("conntrack"); lerr == nil && port != 0 {
+		out, _ := node.NS.Command(context.Background(), "conntrack", "-L", "-p", network, "--orig-port-src", strconv.Itoa(port)).CombinedOutput()
+		ct = strings.TrimSpace(string(out))
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.errs) < 10 {
-		s.errs = append(s.errs, fmt.Sprintf("%s %s: %v", time.Now().Format("15:04:05.000"), network, err))
-	}
+	s.errs = append(s.errs, fmt.Sprintf("%s %s from port %d: %v; the node's conntrack: %s", at, network, port, err, ct))
 }
 
 func (s *connStats) String() string {
@@ -97,9 +113,10 @@ func (s *connStats) String() string {
 
 // probe opens new TCP connections (each answered once, then closed) and
 // sends UDP requests (each from a new socket) from ns to to, with
-// workers of each, until ctx is done. A request lost gets its 2 s (its
-// SYN and one retransmission, as a client with a 2 s dial timeout).
-func probe(t *testing.T, ns *netlab.NS, to netip.AddrPort, workers int) *prober {
+// workers of each, until stopped. A request lost gets its 2 s (its SYN
+// and one retransmission, as a client with a 2 s dial timeout); the
+// error of a lost one shows what node's conntrack table holds of it.
+func probe(t *testing.T, ns *netlab.NS, node *netlab.Node, to netip.AddrPort, workers int) *prober {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st := &connStats{}
@@ -113,11 +130,11 @@ func probe(t *testing.T, ns *netlab.NS, to netip.AddrPort, workers int) *prober 
 				// sockets are made where the dialing thread is.
 				err := ns.Do(func() error {
 					for ctx.Err() == nil {
-						if err := askOnce(network, to); err != nil {
+						if port, err := askOnce(network, to); err != nil {
 							if ctx.Err() != nil {
 								return nil
 							}
-							st.fail(network, err)
+							st.fail(network, port, err, node)
 						}
 						if network == "tcp" {
 							st.tcp.Add(1)
@@ -158,16 +175,34 @@ func (p *prober) finish(t *testing.T, v xtables.Variant, what string) {
 	}
 }
 
-func askOnce(network string, to netip.AddrPort) error {
+// askOnce sends one echo request over network to to from a new socket,
+// and returns the local port it used (0 if it got none) and the error.
+func askOnce(network string, to netip.AddrPort) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	c, err := (&net.Dialer{}).DialContext(ctx, network, to.String())
+	port := 0
+	// Bound before connecting, so that a lost request's port is known
+	// and its conntrack entry can be found.
+	d := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var err error
+		cerr := rc.Control(func(fd uintptr) {
+			if err = syscall.Bind(int(fd), &syscall.SockaddrInet4{}); err != nil {
+				return
+			}
+			var sa syscall.Sockaddr
+			if sa, err = syscall.Getsockname(int(fd)); err == nil {
+				port = sa.(*syscall.SockaddrInet4).Port
+			}
+		})
+		return errors.Join(cerr, err)
+	}}
+	c, err := d.DialContext(ctx, network, to.String())
 	if err != nil {
-		return err
+		return port, err
 	}
 	defer c.Close()
 	_, err = netlab.Request(ctx, c)
-	return err
+	return port, err
 }
 
 // TestKernelSyncKeepsNewConnections: while the Backend runs many Syncs
@@ -183,7 +218,7 @@ func TestKernelSyncKeepsNewConnections(t *testing.T) {
 		if got := counts(t, c.Client.NS, "tcp", churnStable, 2); got["a1"]+got["b1"] != 2 {
 			t.Fatalf("before the churn: %v", got)
 		}
-		st := probe(t, c.Client.NS, churnStable, 2)
+		st := probe(t, c.Client.NS, node, churnStable, 2)
 		syncs, full := churnSyncs(t), 0
 		for i := range syncs {
 			if i%10 == 9 {
@@ -216,7 +251,7 @@ func TestKernelRawRestoreKeepsNewConnections(t *testing.T) {
 		syncOK(t, b, s)
 		input := []byte(b.last.Restore())
 		bin := map[xtables.Variant]string{xtables.NFT: "iptables-nft-restore", xtables.Legacy: "iptables-legacy-restore"}[v]
-		st := probe(t, c.Client.NS, churnStable, 2)
+		st := probe(t, c.Client.NS, node, churnStable, 2)
 		n := envInt(t, "WASP_RAW_RESTORES", 1)
 		for i := range n {
 			cmd := exec.Command("nsenter", "--net="+node.NS.Path(), "--", bin, "--noflush", "-w", "5")
@@ -253,7 +288,7 @@ func TestKernelEndpointChangeKeepsNewConnections(t *testing.T) {
 			return clusterState(c, svc, bt.UDPTwin(svc))
 		}
 		syncOK(t, b, state())
-		st := probe(t, c.Client.NS, churnStable, 2)
+		st := probe(t, c.Client.NS, node, churnStable, 2)
 		syncs := churnSyncs(t)
 		// The other family's Backend syncs at the same time, as in the
 		// daemon.
