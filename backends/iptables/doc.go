@@ -81,6 +81,19 @@
 // rules a kernel may refuse are there, so that such a failure leaves both
 // tables as they were.
 //
+// A packet meets a table's rules from before its section or from after
+// it, never a chain half rewritten: iptables-legacy swaps the whole
+// table, and iptables-nft commits the section as one nf_tables
+// transaction (one generation, seen with "nft monitor": the flush of each
+// declared chain, its new rules and the "-X" deletions together; "-N" on
+// an existing chain and "-C" commit nothing). So a new connection to a
+// service port whose rules a Sync leaves as they were is never lost while
+// it runs, nor one to a service port whose endpoints change while the
+// old ones still answer (kernel_churn_linux_test.go counts them, with
+// both variants). A connection whose first packet comes before the rules
+// of its new service port does not recover: its conntrack entry, made
+// without DNAT, carries its retransmissions too, until it times out.
+//
 // Above LargeClusterEndpoints endpoints in all, the rules to and of the
 // endpoint chains carry no comment, as upstream's large-cluster mode.
 //
@@ -97,5 +110,8 @@
 // Unit, golden, packet-tracer and state-transition tests run on the Fake
 // without root; backendtest's suites run on it and, with real packets, on
 // both variants in netlab clusters (kernel_*_linux_test.go), which skip
-// with a reason when not root and in -short mode.
+// with a reason when not root and in -short mode. The churn kernel tests
+// open new connections without pause while Syncs run, and report a lost
+// one with the node's conntrack entry for it (conntrack(8), when
+// installed).
 package iptables

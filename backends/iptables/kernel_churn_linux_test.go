@@ -5,7 +5,6 @@ package iptables
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -16,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -81,10 +79,10 @@ type connStats struct {
 	errs                       []string
 }
 
-// fail counts a lost request from local port, and keeps the first
-// errors with the conntrack entries of node for that port: whether the
-// request was translated (and to what), and whether an answer came back.
-func (s *connStats) fail(network string, port int, err error, node *netlab.Node) {
+// fail counts a lost request to to, and keeps the first errors with the
+// entries of node's conntrack table toward to that never saw a reply:
+// whether the lost request was translated (and to what).
+func (s *connStats) fail(network string, to netip.AddrPort, err error, node *netlab.Node) {
 	if network == "tcp" {
 		s.tcpLost.Add(1)
 	} else {
@@ -98,13 +96,23 @@ func (s *connStats) fail(network string, port int, err error, node *netlab.Node)
 		return
 	}
 	ct := "conntrack(8) not installed"
-	if _, lerr := exec.LookPath("conntrack"); lerr == nil && port != 0 {
-		out, _ := node.NS.Command(context.Background(), "conntrack", "-L", "-p", network, "--orig-port-src", strconv.Itoa(port)).CombinedOutput()
-		ct = strings.TrimSpace(string(out))
+	if _, lerr := exec.LookPath("conntrack"); lerr == nil {
+		out, cerr := node.NS.Command(context.Background(), "conntrack", "-L", "-p", network,
+			"-d", to.Addr().String(), "--dport", strconv.Itoa(int(to.Port()))).Output()
+		var unreplied []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "UNREPLIED") {
+				unreplied = append(unreplied, strings.TrimSpace(l))
+			}
+		}
+		ct = fmt.Sprintf("%d unreplied: %s", len(unreplied), strings.Join(unreplied, "; "))
+		if cerr != nil {
+			ct = cerr.Error()
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.errs = append(s.errs, fmt.Sprintf("%s %s from port %d: %v; the node's conntrack: %s", at, network, port, err, ct))
+	s.errs = append(s.errs, fmt.Sprintf("%s %s: %v; the node's conntrack entries toward it: %s", at, network, err, ct))
 }
 
 func (s *connStats) String() string {
@@ -130,11 +138,11 @@ func probe(t *testing.T, ns *netlab.NS, node *netlab.Node, to netip.AddrPort, wo
 				// sockets are made where the dialing thread is.
 				err := ns.Do(func() error {
 					for ctx.Err() == nil {
-						if port, err := askOnce(network, to); err != nil {
+						if err := askOnce(network, to); err != nil {
 							if ctx.Err() != nil {
 								return nil
 							}
-							st.fail(network, port, err, node)
+							st.fail(network, to, err, node)
 						}
 						if network == "tcp" {
 							st.tcp.Add(1)
@@ -175,34 +183,17 @@ func (p *prober) finish(t *testing.T, v xtables.Variant, what string) {
 	}
 }
 
-// askOnce sends one echo request over network to to from a new socket,
-// and returns the local port it used (0 if it got none) and the error.
-func askOnce(network string, to netip.AddrPort) (int, error) {
+// askOnce sends one echo request over network to to from a new socket.
+func askOnce(network string, to netip.AddrPort) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	port := 0
-	// Bound before connecting, so that a lost request's port is known
-	// and its conntrack entry can be found.
-	d := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		var err error
-		cerr := rc.Control(func(fd uintptr) {
-			if err = syscall.Bind(int(fd), &syscall.SockaddrInet4{}); err != nil {
-				return
-			}
-			var sa syscall.Sockaddr
-			if sa, err = syscall.Getsockname(int(fd)); err == nil {
-				port = sa.(*syscall.SockaddrInet4).Port
-			}
-		})
-		return errors.Join(cerr, err)
-	}}
-	c, err := d.DialContext(ctx, network, to.String())
+	c, err := (&net.Dialer{}).DialContext(ctx, network, to.String())
 	if err != nil {
-		return port, err
+		return err
 	}
 	defer c.Close()
 	_, err = netlab.Request(ctx, c)
-	return port, err
+	return err
 }
 
 // TestKernelSyncKeepsNewConnections: while the Backend runs many Syncs
