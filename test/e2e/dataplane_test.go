@@ -607,6 +607,9 @@ func startTrafficTo(s *suite, network string, ip netip.Addr, port uint16, pause 
 			default:
 			}
 			id, err := fw.Ask(s.client(), network, ip, port, ask)
+			if err != nil {
+				err = explainTimeout(s, network, ip, port, err)
+			}
 			tr.mu.Lock()
 			if err != nil {
 				tr.errs = append(tr.errs, err)
