@@ -208,7 +208,7 @@ func (r *Runtime) compileWithin(ctx context.Context, e wazero.Runtime, bin []byt
 	var mu sync.Mutex
 	gaveUp := false
 	go func() {
-		c, err := e.CompileModule(ctx, bin)
+		c, err := compileRecovered(ctx, e, bin)
 		mu.Lock()
 		defer mu.Unlock()
 		if gaveUp {
@@ -241,6 +241,20 @@ func (r *Runtime) compileWithin(ctx context.Context, e wazero.Runtime, bin []byt
 		return nil, fmt.Errorf("compilation stopped waiting: %w", err)
 	}
 	return nil, fmt.Errorf("compilation did not finish within %s", timeout)
+}
+
+// compileRecovered compiles bin on e, and returns a panic of the compiler
+// as an error. It runs on a goroutine of its own, where Load's recover does
+// not reach: a compiler that panics on a hostile module, or on an engine
+// that Close closed while a compilation given up on still ran (wazero
+// clears the engine's tables), would otherwise take the process down.
+func compileRecovered(ctx context.Context, e wazero.Runtime, bin []byte) (c wazero.CompiledModule, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c, err = nil, fmt.Errorf("the compiler panicked: %v", p)
+		}
+	}()
+	return e.CompileModule(ctx, bin)
 }
 
 // maxAbandoned is how many compilations given up on may run at once.

@@ -136,6 +136,31 @@ func TestCompileTimeout(t *testing.T) {
 	}
 }
 
+// TestCompileAbandonedThenClosed: a compilation given up on that runs
+// after its Runtime was closed ends without taking the process down (the
+// closed engine made wazero's compiler panic on its own goroutine).
+func TestCompileAbandonedThenClosed(t *testing.T) {
+	for i := range 5 {
+		r, err := runtime.New(runtime.Config{Compile: runtime.CompileLimits{Timeout: time.Nanosecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Load(context.Background(), "small", hostile.Module(i), runtime.Limits{}); err != nil && !strings.Contains(err.Error(), "did not finish") {
+			t.Fatalf("Load: %v", err)
+		}
+		if err := r.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(time.Minute) // a guard, not a measurement
+		for runtime.AbandonedCompiles(r) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the compilation given up on did not end")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
 // TestIsolatedCompile checks compiling in a child process: the machine
 // code reaches the parent through the compilation cache, and a child past
 // its time or memory limit is killed, leaving nothing running.
