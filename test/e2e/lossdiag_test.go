@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	fw "github.com/wasp-proxy/wasp/test/framework"
 )
@@ -20,7 +21,8 @@ const tcpSynSent = 1
 // without DNAT (the SYN came before the Service's rules, or missed them)
 // and, by endpoint, those whose endpoint did not answer. A later reader
 // of a lost request so sees which of the two it was. Other errors, and
-// UDP, are returned as they are.
+// UDP, are returned as they are. The time it says can be matched with
+// wasp's log.
 func explainTimeout(s *suite, network string, ip netip.Addr, port uint16, err error) error {
 	if !fw.IsTimeout(err) || !strings.HasPrefix(network, "tcp") {
 		return err
@@ -46,5 +48,6 @@ func explainTimeout(s *suite, network string, ip netip.Addr, port uint16, err er
 		eps = append(eps, fmt.Sprintf("%s: %d", ep, n))
 	}
 	slices.Sort(eps)
-	return fmt.Errorf("%w (the proxy node's conntrack holds unanswered SYNs toward %s: %d without DNAT, DNATed %v)", err, to, unNATed, eps)
+	return fmt.Errorf("%w (timed out at %s; the proxy node's conntrack holds unanswered SYNs toward %s: %d without DNAT, DNATed %v)",
+		err, time.Now().Format("15:04:05.000"), to, unNATed, eps)
 }
