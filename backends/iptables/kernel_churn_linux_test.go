@@ -5,6 +5,7 @@ package iptables
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,6 +77,7 @@ func churnState(c *netlab.Cluster, r *rand.Rand, n int) *backends.State {
 // connStats counts the requests of a prober and those that failed.
 type connStats struct {
 	tcp, udp, tcpLost, udpLost atomic.Int64
+	noPort                     atomic.Int64 // dials without a client port left
 	mu                         sync.Mutex
 	errs                       []string
 }
@@ -116,7 +119,8 @@ func (s *connStats) fail(network string, to netip.AddrPort, err error, node *net
 }
 
 func (s *connStats) String() string {
-	return fmt.Sprintf("tcp %d lost of %d, udp %d lost of %d", s.tcpLost.Load(), s.tcp.Load(), s.udpLost.Load(), s.udp.Load())
+	return fmt.Sprintf("tcp %d lost of %d, udp %d lost of %d (%d dials found no client port)",
+		s.tcpLost.Load(), s.tcp.Load(), s.udpLost.Load(), s.udp.Load(), s.noPort.Load())
 }
 
 // probe opens new TCP connections (each answered once, then closed) and
@@ -138,7 +142,16 @@ func probe(t *testing.T, ns *netlab.NS, node *netlab.Node, to netip.AddrPort, wo
 				// sockets are made where the dialing thread is.
 				err := ns.Do(func() error {
 					for ctx.Err() == nil {
-						if err := askOnce(network, to); err != nil {
+						err := askOnce(network, to)
+						if errors.Is(err, syscall.EADDRNOTAVAIL) {
+							// The client has no port left (each closed
+							// connection keeps one a minute): not a
+							// request.
+							st.noPort.Add(1)
+							time.Sleep(50 * time.Millisecond)
+							continue
+						}
+						if err != nil {
 							if ctx.Err() != nil {
 								return nil
 							}
@@ -315,5 +328,22 @@ func TestKernelEndpointChangeKeepsNewConnections(t *testing.T) {
 			t.Error(err)
 		}
 		st.finish(t, v, fmt.Sprintf("%d syncs changed its endpoints", syncs))
+	})
+}
+
+// TestKernelIdleKeepsNewConnections is the control of the churn tests:
+// the same probe while nothing syncs at all, for WASP_IDLE_SECONDS
+// seconds; it runs only with that set.
+func TestKernelIdleKeepsNewConnections(t *testing.T) {
+	secs := os.Getenv("WASP_IDLE_SECONDS")
+	if secs == "" {
+		t.Skip("a measurement: set WASP_IDLE_SECONDS to how long to probe")
+	}
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		node := c.Nodes[0]
+		syncOK(t, nodeBackend(t, node, v, backends.IPv4), churnState(c, rand.New(rand.NewPCG(1, 2)), 20))
+		st := probe(t, c.Client.NS, node, churnStable, 2)
+		time.Sleep(time.Duration(envInt(t, "WASP_IDLE_SECONDS", 1)) * time.Second)
+		st.finish(t, v, "nothing synced for "+secs+" s")
 	})
 }
