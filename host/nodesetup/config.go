@@ -23,7 +23,8 @@ type Config struct {
 	RouteLocalnet bool
 
 	// Dataplane runs the probes of the dataplane wasp programs (the
-	// proxy mode's: NFTablesProbes for nftables), in NetNS, before the
+	// proxy mode's, which its backend owns: nftables.Probes for
+	// nftables), in NetNS, before the
 	// conntrack probes; each NotSupported outcome fails Run. Optional:
 	// nil probes no dataplane.
 	Dataplane func(ctx context.Context) []ProbeResult

@@ -48,14 +48,16 @@
 //
 // # Kernel probes
 //
-// Before the settings, Run asks the kernel for what wasp's nftables
-// dataplane and conntrack cleaner use, each in a transaction on a scratch
-// table that it deletes: nf_tables itself, a NAT chain with ct state and
-// masquerade, numgen, verdict maps keyed by concatenations (address .
-// protocol . port), deleting a chain together with the last verdict-map
-// element that jumps to it in one transaction (kernels from 6.2; wasp
-// deletes stale chains that way), a conntrack dump over netlink, and
-// whether nf_conntrack is loaded. Each has three outcomes: Supported,
+// Before the settings, Run asks the kernel for what wasp's dataplane and
+// conntrack cleaner use: first the chosen mode's probes, which its
+// backend owns and Config.Dataplane runs (the nftables mode's are
+// nftables.Probes: nf_tables itself, a NAT chain with ct state and
+// masquerade, numgen, verdict maps keyed by concatenations, deleting a
+// chain together with the last verdict-map element that jumps to it in
+// one transaction), then this package's, which every mode needs: a
+// conntrack dump over netlink, and whether nf_conntrack is loaded. An
+// iptables node is not asked for nftables, nor the reverse. Each has
+// three outcomes: Supported,
 // NotSupported with the kernel's refusal as reason, or Inconclusive when
 // it could not ask (no CAP_NET_ADMIN, a canceled context, a probe it
 // depends on did not succeed). NotSupported is an error (ErrNotSupported);

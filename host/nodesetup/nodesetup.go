@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 
 	"k8s.io/klog/v2"
+
+	"github.com/wasp-proxy/wasp/backends"
 )
 
 // Report is what Run found and did.
@@ -46,18 +48,12 @@ func Run(ctx context.Context, c Config) (Report, error) {
 	return run(ctx, &c, env{files: newOSFiles(&c), probes: conntrackProbes(c.NetNS)})
 }
 
-// Probe runs the nftables mode's and the conntrack probes in the network
+// Probe runs the probes every mode needs, conntrack's, in the network
 // namespace at netns ("" for the current one) and changes nothing that
-// outlives it. Tests use it to skip with a reason.
+// outlives it. Tests use it to skip with a reason. A mode's own probes
+// belong to its backend (nftables.Probes), which Config.Dataplane runs.
 func Probe(ctx context.Context, netns string) []ProbeResult {
-	return runProbes(ctx, append(append(nftablesProbes(netns), conntrackProbes(netns)...), moduleProbe(newOSFiles(&Config{NetNS: netns}))))
-}
-
-// NFTablesProbes runs the probes of the nftables mode (the nftables-*
-// ones) in the network namespace at netns, for Config.Dataplane; it
-// changes nothing that outlives it.
-func NFTablesProbes(ctx context.Context, netns string) []ProbeResult {
-	return runProbes(ctx, nftablesProbes(netns))
+	return backends.RunProbes(ctx, append(conntrackProbes(netns), moduleProbe(newOSFiles(&Config{NetNS: netns}))))
 }
 
 func run(ctx context.Context, c *Config, e env) (Report, error) {
@@ -75,7 +71,7 @@ func run(ctx context.Context, c *Config, e env) (Report, error) {
 	if c.Dataplane != nil {
 		r.Probes = c.Dataplane(ctx)
 	}
-	r.Probes = append(r.Probes, runProbes(ctx, append(e.probes[:len(e.probes):len(e.probes)], moduleProbe(e.files)))...)
+	r.Probes = append(r.Probes, backends.RunProbes(ctx, append(e.probes[:len(e.probes):len(e.probes)], moduleProbe(e.files)))...)
 	for _, p := range r.Probes {
 		logger.Info("Kernel probe", "probe", p.Name, "outcome", string(p.Outcome), "reason", p.Reason)
 		if p.Outcome == NotSupported {

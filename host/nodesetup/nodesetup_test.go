@@ -18,11 +18,11 @@ import (
 
 // kernelOK stands for a kernel where every probe succeeds.
 func kernelOK() []probe {
-	return []probe{fixedProbe(probeNFTables, "", Supported, "")}
+	return []probe{fixedProbe(probeConntrackNL, "", Supported, "")}
 }
 
 func fixedProbe(name, after string, o Outcome, reason string) probe {
-	return probe{name: name, checks: "test", after: after, run: func(context.Context) (Outcome, string) { return o, reason }}
+	return probe{Name: name, Checks: "test", After: after, Run: func(context.Context) (Outcome, string) { return o, reason }}
 }
 
 // says fails t for each of want that text, the named output, lacks.
@@ -365,30 +365,10 @@ func TestProbes(t *testing.T) {
 	}
 }
 
-func TestClassify(t *testing.T) {
-	tests := []struct {
-		err  error
-		want Outcome
-	}{
-		{nil, Supported},
-		{fmt.Errorf("conn.Receive: %w", syscall.EPERM), Inconclusive},
-		{syscall.ENOBUFS, Inconclusive},
-		{errors.New("open network namespace: gone"), Inconclusive},
-		{fmt.Errorf("flush: %w", syscall.EINVAL), NotSupported},
-		{syscall.EOPNOTSUPP, NotSupported},
-		{syscall.EPROTONOSUPPORT, NotSupported},
-	}
-	for _, tt := range tests {
-		if got, _ := classify(tt.err); got != tt.want {
-			t.Errorf("classify(%v) = %s, want %s", tt.err, got, tt.want)
-		}
-	}
-}
-
 func TestReportString(t *testing.T) {
 	f := newFakeFiles(nil).readOnly(settingHashsize.path)
 	r, _ := runFake(t, Config{Conntrack: Conntrack{MaxPerCore: 32768, UDPTimeout: 30 * time.Second}}, f,
-		[]probe{fixedProbe(probeNFTables, "", Supported, ""), fixedProbe(probeNFTNumgen, "", NotSupported, "no numgen")})
+		[]probe{fixedProbe("nftables", "", Supported, ""), fixedProbe("nftables-numgen", "", NotSupported, "no numgen")})
 	says(t, "report", r.String(),
 		"net.netfilter.nf_conntrack_max          131072  65536   written",
 		"nf_conntrack.hashsize                   32768   16384   failed",

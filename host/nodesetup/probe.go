@@ -3,88 +3,49 @@ package nodesetup
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
-	"syscall"
+
+	"github.com/wasp-proxy/wasp/backends"
 )
 
 // Outcome is a probe's verdict.
-type Outcome string
+type Outcome = backends.ProbeOutcome
 
 const (
 	// Supported: the kernel did what wasp will ask of it.
-	Supported Outcome = "supported"
+	Supported = backends.ProbeSupported
 	// NotSupported: the kernel refused; Reason says how.
-	NotSupported Outcome = "not supported"
+	NotSupported = backends.ProbeNotSupported
 	// Inconclusive: the probe could not ask (no permission, an
 	// interrupted call, a probe it depends on failed); Reason says why.
-	Inconclusive Outcome = "inconclusive"
+	Inconclusive = backends.ProbeInconclusive
 )
 
 // ProbeResult is the verdict of one kernel probe.
-type ProbeResult struct {
-	Name    string  `json:"name"`             // e.g. nftables-numgen
-	Checks  string  `json:"checks"`           // what the probe asks of the kernel
-	Outcome Outcome `json:"outcome"`          //
-	Reason  string  `json:"reason,omitempty"` // "" when supported
-}
+type ProbeResult = backends.ProbeResult
 
 // ErrNotSupported is wrapped by Run's error for every probe whose outcome
 // is NotSupported: wasp's dataplane needs each of them.
 var ErrNotSupported = errors.New("not supported by this kernel")
 
-// The probes, by name.
+// The probes of every mode, by name. The dataplane's own belong to its
+// backend.
 const (
-	probeNFTables       = "nftables"
-	probeNFTNAT         = "nftables-nat"
-	probeNFTNumgen      = "nftables-numgen"
-	probeNFTConcatMaps  = "nftables-concat-maps"
-	probeNFTStaleChains = "nftables-delete-referenced-chain"
-	probeConntrackNL    = "conntrack-netlink"
-	probeConntrackMod   = "nf_conntrack"
+	probeConntrackNL  = "conntrack-netlink"
+	probeConntrackMod = "nf_conntrack"
 )
 
 // A probe asks the kernel one question. It changes nothing that outlives
 // it.
-type probe struct {
-	name   string
-	checks string
-	// after names the probe that must be Supported for this one to be
-	// asked; "" for none.
-	after string
-	run   func(ctx context.Context) (Outcome, string)
-}
-
-// runProbes runs ps in order. A probe whose prerequisite is not
-// Supported is Inconclusive without being asked.
-func runProbes(ctx context.Context, ps []probe) []ProbeResult {
-	out := make([]ProbeResult, 0, len(ps))
-	done := map[string]Outcome{}
-	for _, p := range ps {
-		r := ProbeResult{Name: p.name, Checks: p.checks}
-		switch dep, ok := done[p.after]; {
-		case p.after != "" && !ok:
-			r.Outcome, r.Reason = Inconclusive, fmt.Sprintf("not asked: %s was not probed", p.after)
-		case p.after != "" && dep != Supported:
-			r.Outcome, r.Reason = Inconclusive, fmt.Sprintf("not asked: %s is %s", p.after, dep)
-		case ctx.Err() != nil:
-			r.Outcome, r.Reason = Inconclusive, ctx.Err().Error()
-		default:
-			r.Outcome, r.Reason = p.run(ctx)
-		}
-		done[p.name] = r.Outcome
-		out = append(out, r)
-	}
-	return out
-}
+type probe = backends.Probe
 
 // moduleProbe reports whether nf_conntrack is loaded, from the presence of
 // its per-namespace sysctls.
 func moduleProbe(f files) probe {
 	return probe{
-		name:   probeConntrackMod,
-		checks: "the nf_conntrack module is loaded (" + settingConntrackMax.name + " exists)",
-		run: func(context.Context) (Outcome, string) {
+		Name:   probeConntrackMod,
+		Checks: "the nf_conntrack module is loaded (" + settingConntrackMax.name + " exists)",
+		Run: func(context.Context) (Outcome, string) {
 			_, err := f.read(settingConntrackMax.path)
 			switch {
 			case err == nil:
@@ -96,23 +57,4 @@ func moduleProbe(f files) probe {
 			}
 		},
 	}
-}
-
-// classify turns the error of a kernel request into an outcome: the
-// kernel refusing is NotSupported, not being able to ask is Inconclusive.
-func classify(err error) (Outcome, string) {
-	if err == nil {
-		return Supported, ""
-	}
-	var errno syscall.Errno
-	if !errors.As(err, &errno) {
-		return Inconclusive, err.Error()
-	}
-	switch errno {
-	case syscall.EPERM, syscall.EACCES:
-		return Inconclusive, err.Error() + " (needs CAP_NET_ADMIN)"
-	case syscall.ENOBUFS, syscall.ENOMEM, syscall.EINTR, syscall.EAGAIN, syscall.ETIMEDOUT:
-		return Inconclusive, err.Error()
-	}
-	return NotSupported, err.Error()
 }

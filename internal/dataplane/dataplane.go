@@ -76,7 +76,7 @@ var Modes = []Mode{
 		Name:             v1alpha1.ProxyModeNFTables,
 		Metrics:          metrics.NFTables,
 		New:              newNFTables,
-		Probe:            nodesetup.NFTablesProbes,
+		Probe:            nftables.Probes,
 		CleanupLeftovers: cleanupNFTables,
 		Leftovers:        `the nftables tables "ip ` + nftables.DefaultTable + `" and "ip6 ` + nftables.DefaultTable + `"`,
 	},
