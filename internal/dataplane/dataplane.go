@@ -77,7 +77,7 @@ var Modes = []Mode{
 		Metrics:          metrics.NFTables,
 		New:              newNFTables,
 		Probe:            nftables.Probes,
-		CleanupLeftovers: cleanupNFTables,
+		CleanupLeftovers: nftables.CleanupLeftovers,
 		Leftovers:        `the nftables tables "ip ` + nftables.DefaultTable + `" and "ip6 ` + nftables.DefaultTable + `"`,
 	},
 	{
@@ -102,28 +102,6 @@ func Lookup(mode v1alpha1.ProxyMode) (Mode, error) {
 		names = append(names, string(m.Name))
 	}
 	return Mode{}, fmt.Errorf("proxy mode %q: wasp runs %v", mode, names)
-}
-
-// cleanupNFTables deletes wasp's nftables table of each of families. A
-// node without nftables (not Linux, or a kernel without nf_tables) has
-// none to delete.
-func cleanupNFTables(ctx context.Context, netns string, families []backends.Family) error {
-	var errs []error
-	for _, f := range families {
-		b, err := nftables.New(nftables.Opts{Family: f, NetNS: netns})
-		if err == nil {
-			err = errors.Join(b.Cleanup(ctx), b.Close())
-		}
-		if err != nil && !noNFTables(err) {
-			errs = append(errs, fmt.Errorf("nftables %s: %w", f, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// noNFTables reports whether err says the node has no nftables at all.
-func noNFTables(err error) bool {
-	return errors.Is(err, nftables.ErrNotSupported) || errors.Is(err, syscall.EPROTONOSUPPORT) || errors.Is(err, syscall.EAFNOSUPPORT)
 }
 
 func newNFTables(_ context.Context, o Opts) (backends.Backend, error) {

@@ -3,17 +3,14 @@ package dataplane
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/wasp-proxy/wasp/backends"
 	"github.com/wasp-proxy/wasp/backends/iptables"
-	"github.com/wasp-proxy/wasp/backends/nftables"
 	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
 	"github.com/wasp-proxy/wasp/host/metrics"
 )
@@ -122,18 +119,3 @@ func must[T any](v T, err error) T {
 	return v
 }
 
-func TestNoNFTables(t *testing.T) {
-	tests := []struct {
-		err  error
-		want bool
-	}{
-		{fmt.Errorf("nftables ipv4: %w", syscall.EPROTONOSUPPORT), true},
-		{nftables.ErrNotSupported, true},
-		{fmt.Errorf("nftables: delete table ip wasp: %w", syscall.EPERM), false},
-	}
-	for _, tc := range tests {
-		if got := noNFTables(tc.err); got != tc.want {
-			t.Errorf("%v: %v, want %v", tc.err, got, tc.want)
-		}
-	}
-}
