@@ -118,4 +118,3 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
-
