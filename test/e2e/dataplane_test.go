@@ -119,6 +119,17 @@ func (s *suite) namespace(t *testing.T) string {
 	return s.env.Namespace(s.ctx, t, fmt.Sprintf("%s-%d", prefix, s.n.Add(1)))
 }
 
+// forgetEarlyProbes deletes the proxy node's conntrack entries of
+// requests to ip:port that were never translated (see
+// fw.ForgetUntranslated): those of a waitFor that asked before the proxy
+// programmed the Service. Without it, a counted connection that reuses
+// such a request's source port would time out, in iptables mode, for a
+// reason that is the test's own. Errors only weaken the test's guard, so
+// they are not fatal.
+func (s *suite) forgetEarlyProbes(ip netip.Addr, port uint16) {
+	_, _ = fw.ForgetUntranslated(s.env.ProxyNS(), netip.AddrPortFrom(ip, port))
+}
+
 // deleteServices deletes the Services of every namespace the suite made.
 func (s *suite) deleteServices(t *testing.T) {
 	t.Helper()
@@ -596,6 +607,7 @@ func startTraffic(s *suite, ip netip.Addr) *traffic { return startTrafficTo(s, "
 // connection keeps its client port in TIME_WAIT for a minute, and back to
 // back connections to one address use up the ports in less.
 func startTrafficTo(s *suite, network string, ip netip.Addr, port uint16, pause time.Duration) *traffic {
+	s.forgetEarlyProbes(ip, port)
 	tr := &traffic{done: make(chan struct{}), counts: map[string]int{}}
 	tr.wg.Add(1)
 	go func() {

@@ -213,6 +213,7 @@ func (l *longLived) stop() (int, []error) {
 // first request.
 func establish(t *testing.T, s *suite, ip netip.Addr) (net.Conn, string) {
 	t.Helper()
+	s.forgetEarlyProbes(ip, 80)
 	conn, err := s.client().Dial(s.ctx, "tcp", netip.AddrPortFrom(ip, 80).String())
 	if err != nil {
 		t.Fatal(err)

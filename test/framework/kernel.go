@@ -333,3 +333,46 @@ func (w *Process) Memory(field string) (int64, error) {
 	}
 	return 0, fmt.Errorf("%s of pid %d: not in /proc/%d/status", field, w.Pid(), w.Pid())
 }
+
+// untranslated matches the conntrack entries of flows sent to dst that no
+// rule translated: the reply would come from dst itself.
+type untranslated netip.AddrPort
+
+func (u untranslated) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
+	dst, ok := netip.AddrFromSlice(f.Forward.DstIP)
+	if !ok || netip.AddrPortFrom(dst.Unmap(), f.Forward.DstPort) != netip.AddrPort(u) {
+		return false
+	}
+	src, ok := netip.AddrFromSlice(f.Reverse.SrcIP)
+	return ok && netip.AddrPortFrom(src.Unmap(), f.Reverse.SrcPort) == netip.AddrPort(u)
+}
+
+// ForgetUntranslated deletes ns's conntrack entries of flows sent to dst
+// that were not translated (no DNAT), and returns how many. A test that
+// asked a Service before the proxy programmed it leaves such entries (in
+// iptables mode, as upstream's, nothing rejects the unprogrammed address,
+// so an unanswered SYN is tracked for 120 s); a later connection that
+// happens to reuse one's source port would follow it, untranslated, and
+// time out. A test calls this once the Service answers, before traffic it
+// counts.
+func ForgetUntranslated(ns *netlab.NS, dst netip.AddrPort) (uint, error) {
+	h, err := netns.GetFromPath(ns.Path())
+	if err != nil {
+		return 0, fmt.Errorf("conntrack of %s: %w", ns.Name(), err)
+	}
+	defer h.Close()
+	nh, err := netlink.NewHandleAt(h)
+	if err != nil {
+		return 0, fmt.Errorf("conntrack of %s: %w", ns.Name(), err)
+	}
+	defer nh.Close()
+	fam := netlink.InetFamily(syscall.AF_INET)
+	if dst.Addr().Is6() {
+		fam = syscall.AF_INET6
+	}
+	n, err := nh.ConntrackDeleteFilters(netlink.ConntrackTable, fam, untranslated(dst))
+	if err != nil {
+		return n, fmt.Errorf("conntrack of %s: delete untranslated flows to %s: %w", ns.Name(), dst, err)
+	}
+	return n, nil
+}
