@@ -2,9 +2,7 @@ package iptables
 
 import (
 	"flag"
-	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -38,47 +36,13 @@ func sortServices(ss []backends.Service) []backends.Service { return backendtest
 // golden compares got with testdata/name, or rewrites it with -update.
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs (run with -update to accept):\n%s", name, lineDiff(string(want), got))
-	}
+	backendtest.Golden(t, filepath.Join("testdata", name), got, *update)
 }
 
 func lineDiff(want, got string) string { return backendtest.LineDiff(want, got) }
 
 // largeState returns n service ports with eps endpoints each.
-func largeState(n, eps int) *backends.State {
-	s := &backends.State{
-		Family:       backends.IPv4,
-		ServiceCIDRs: []netip.Prefix{pfx("10.96.0.0/16")},
-		ClusterCIDRs: []netip.Prefix{pfx("10.244.0.0/16")},
-	}
-	for i := range n {
-		name := fmt.Sprintf("svc-%05d", i)
-		cip := netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)})
-		sv := backends.Service{
-			Key: "bench/" + name + ":http/TCP/IPv4", Namespace: "bench", Name: name, PortName: "http", Protocol: "TCP",
-			ClusterIP: cip, Port: 80, HasAnyEndpoints: true,
-		}
-		for j := range eps {
-			sv.Cluster = append(sv.Cluster, backends.Endpoint{
-				Addr: netip.AddrFrom4([4]byte{10, 244, byte(i >> 6), byte(i&63)<<2 | byte(j&3)}), Port: uint16(8080 + j), Weight: 1,
-			})
-		}
-		s.Services = append(s.Services, sv)
-	}
-	return s
-}
+func largeState(n, eps int) *backends.State { return backendtest.Large(n, eps) }
 
 // goldenState4 is backendtest.Golden4 with a NodePort on the sticky
 // service port (affinity across frontends), a load balancer of external
