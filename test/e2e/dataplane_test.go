@@ -112,11 +112,16 @@ type suite struct {
 
 // namespace returns a fresh Kubernetes namespace for a scenario.
 func (s *suite) namespace(t *testing.T) string {
+	return s.env.Namespace(s.ctx, t, s.namespaceName(s.n.Add(1)))
+}
+
+// namespaceName is the name of the suite's i-th namespace.
+func (s *suite) namespaceName(i int32) string {
 	prefix := s.prefix
 	if prefix == "" {
 		prefix = "e2e"
 	}
-	return s.env.Namespace(s.ctx, t, fmt.Sprintf("%s-%d", prefix, s.n.Add(1)))
+	return fmt.Sprintf("%s-%d", prefix, i)
 }
 
 // forgetEarlyProbes deletes the proxy node's conntrack entries of
@@ -133,16 +138,12 @@ func (s *suite) forgetEarlyProbes(ip netip.Addr, port uint16) {
 // deleteServices deletes the Services of every namespace the suite made.
 func (s *suite) deleteServices(t *testing.T) {
 	t.Helper()
-	prefix := s.prefix
-	if prefix == "" {
-		prefix = "e2e"
-	}
 	client, err := s.env.BulkClient()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := int32(1); i <= s.n.Load(); i++ {
-		ns := fmt.Sprintf("%s-%d", prefix, i)
+		ns := s.namespaceName(i)
 		list, err := client.CoreV1().Services(ns).List(s.ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Errorf("list Services of %s: %v", ns, err)
