@@ -91,7 +91,7 @@ func runChurn(t *testing.T, c *churn, duration time.Duration, rate, pool int) {
 	var flows []*udpFlow
 	for i := range 4 {
 		cs := c.create(t, fmt.Sprintf("flow-%d", i), "udp", []string{fw.PodsA[i%3]}, false, false)
-		waitFor(t, s.client(), "udp", cs.ip, 80, cs.pods...)
+		s.waitFor(t, s.client(), "udp", cs.ip, 80, cs.pods...)
 		flows = append(flows, startUDPFlow(t, s, cs))
 	}
 

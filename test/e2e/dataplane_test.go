@@ -178,8 +178,11 @@ func answers(t *testing.T, from *netlab.NS, network string, addr netip.Addr, por
 	return got
 }
 
-// waitFor waits until a request gets an answer from one of want.
-func waitFor(t *testing.T, from *netlab.NS, network string, addr netip.Addr, port uint16, want ...string) {
+// waitFor waits until a request gets an answer from one of want. Then
+// it forgets the requests that asked before the proxy programmed the
+// address (forgetEarlyProbes), so that the test's next connections are
+// not refused or dropped for a reason that is the test's own.
+func (s *suite) waitFor(t *testing.T, from *netlab.NS, network string, addr netip.Addr, port uint16, want ...string) {
 	t.Helper()
 	fw.Eventually(t, converge, func() error {
 		id, err := fw.Ask(from, network, addr, port, 500*time.Millisecond)
@@ -191,6 +194,7 @@ func waitFor(t *testing.T, from *netlab.NS, network string, addr netip.Addr, por
 		}
 		return nil
 	})
+	s.forgetEarlyProbes(addr, port)
 }
 
 // expectOnly asks n times and fails unless every answer is in want and
@@ -263,7 +267,7 @@ func testClusterIP(t *testing.T, s *suite) {
 		svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "echo-" + network, Namespace: ns, Protocol: proto})
 		s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "a-2", "b-1")...)
 		ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
-		waitFor(t, s.client(), network, ip, 80, "a-1", "a-2", "b-1")
+		s.waitFor(t, s.client(), network, ip, 80, "a-1", "a-2", "b-1")
 		expectOnly(t, s.client(), network, ip, 80, 60, "a-1", "a-2", "b-1")
 		expectOnly(t, s.pod("a-3"), network, ip, 80, 60, "a-1", "a-2", "b-1")
 		if proto == v1.ProtocolTCP {
@@ -278,7 +282,7 @@ func testNodePort(t *testing.T, s *suite) {
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "b-1")...)
 	port := fw.NodePort(t, svc)
 	node := s.nodeA().IPv4
-	waitFor(t, s.client(), "tcp", node, port, "a-1", "b-1")
+	s.waitFor(t, s.client(), "tcp", node, port, "a-1", "b-1")
 	expectOnly(t, s.client(), "tcp", node, port, 60, "a-1", "b-1")
 }
 
@@ -287,7 +291,7 @@ func testExternalIP(t *testing.T, s *suite) {
 	eip := netip.MustParseAddr("192.0.2.10")
 	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "eip", Namespace: ns, ExternalIPs: []string{eip.String()}})
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-2", "b-2")...)
-	waitFor(t, s.client(), "tcp", eip, 80, "a-2", "b-2")
+	s.waitFor(t, s.client(), "tcp", eip, 80, "a-2", "b-2")
 	expectOnly(t, s.client(), "tcp", eip, 80, 60, "a-2", "b-2")
 }
 
@@ -297,7 +301,7 @@ func testLoadBalancer(t *testing.T, s *suite) {
 	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "lb", Namespace: ns, Type: v1.ServiceTypeLoadBalancer})
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-3", "b-1")...)
 	s.env.SetLoadBalancerIP(s.ctx, t, svc, vip.String())
-	waitFor(t, s.client(), "tcp", vip, 80, "a-3", "b-1")
+	s.waitFor(t, s.client(), "tcp", vip, 80, "a-3", "b-1")
 	expectOnly(t, s.client(), "tcp", vip, 80, 60, "a-3", "b-1")
 }
 
@@ -311,7 +315,7 @@ func testSourceRanges(t *testing.T, s *suite) {
 	// The client (198.51.100.200) is outside the range: dropped.
 	expectDrop(t, s.client(), "tcp", vip, 80)
 	// Its NodePort is not restricted by the ranges.
-	waitFor(t, s.client(), "tcp", s.nodeA().IPv4, fw.NodePort(t, svc), "a-1")
+	s.waitFor(t, s.client(), "tcp", s.nodeA().IPv4, fw.NodePort(t, svc), "a-1")
 
 	cur, err := s.env.Client.CoreV1().Services(ns).Get(s.ctx, svc.Name, metav1.GetOptions{})
 	if err != nil {
@@ -322,7 +326,7 @@ func testSourceRanges(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, s.client(), "tcp", vip, 80, "a-1")
+	s.waitFor(t, s.client(), "tcp", vip, 80, "a-1")
 
 	// The VIP bound to the node, and only the node's IP in the ranges:
 	// the node's own connection to the VIP leaves with the VIP as source,
@@ -342,7 +346,7 @@ func testSourceRanges(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	expectDrop(t, s.client(), "tcp", vip, 80)
-	waitFor(t, node.NS, "tcp", vip, 80, "a-1")
+	s.waitFor(t, node.NS, "tcp", vip, 80, "a-1")
 }
 
 func testAffinity(t *testing.T, s *suite) {
@@ -351,7 +355,7 @@ func testAffinity(t *testing.T, s *suite) {
 	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "sticky", Namespace: ns, Affinity: timeout})
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "a-2", "b-1")...)
 	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
-	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "a-2", "b-1")
+	s.waitFor(t, s.client(), "tcp", ip, 80, "a-1", "a-2", "b-1")
 
 	got := answers(t, s.client(), "tcp", ip, 80, 50)
 	if len(got) != 1 {
@@ -383,7 +387,7 @@ func testInternalLocal(t *testing.T, s *suite) {
 	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "itp", Namespace: ns, InternalLocal: true})
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "b-1", "b-2")...)
 	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
-	waitFor(t, s.pod("a-3"), "tcp", ip, 80, "a-1")
+	s.waitFor(t, s.pod("a-3"), "tcp", ip, 80, "a-1")
 	expectOnly(t, s.pod("a-3"), "tcp", ip, 80, 30, "a-1")
 
 	// Endpoints only on the other node: dropped here.
@@ -433,11 +437,11 @@ func testExternalLocal(t *testing.T, s *suite) {
 	s.env.SetLoadBalancerIP(s.ctx, t, svc, vip.String())
 	port := fw.NodePort(t, svc)
 	node := s.nodeA().IPv4
-	waitFor(t, s.client(), "tcp", node, port, "a-1", "a-2")
+	s.waitFor(t, s.client(), "tcp", node, port, "a-1", "a-2")
 	expectOnly(t, s.client(), "tcp", node, port, 40, "a-1", "a-2")
 	// The VIP comes with the status update, which may reach wasp after
 	// the NodePort's sync.
-	waitFor(t, s.client(), "tcp", vip, 80, "a-1", "a-2")
+	s.waitFor(t, s.client(), "tcp", vip, 80, "a-1", "a-2")
 	expectOnly(t, s.client(), "tcp", vip, 80, 40, "a-1", "a-2")
 
 	hc := svc.Spec.HealthCheckNodePort
@@ -471,7 +475,7 @@ func testExternalLocal(t *testing.T, s *suite) {
 		return nil
 	})
 	// The ClusterIP still uses every endpoint (internal policy Cluster).
-	waitFor(t, s.pod("a-3"), "tcp", fw.ClusterIP(t, svc, v1.IPv4Protocol), 80, "b-1")
+	s.waitFor(t, s.pod("a-3"), "tcp", fw.ClusterIP(t, svc, v1.IPv4Protocol), 80, "b-1")
 }
 
 func testPreferSameZone(t *testing.T, s *suite) {
@@ -483,7 +487,7 @@ func testPreferSameZone(t *testing.T, s *suite) {
 		fw.Endpoint{Pod: "b-1", ZoneHints: []string{fw.ZoneB}},
 	)
 	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
-	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "a-2")
+	s.waitFor(t, s.client(), "tcp", ip, 80, "a-1", "a-2")
 	expectOnly(t, s.client(), "tcp", ip, 80, 40, "a-1", "a-2")
 }
 
@@ -496,7 +500,7 @@ func testPreferSameNode(t *testing.T, s *suite) {
 		fw.Endpoint{Pod: "b-2", ZoneHints: []string{fw.ZoneB}, NodeHints: []string{fw.OtherNode}},
 	)
 	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
-	waitFor(t, s.client(), "tcp", ip, 80, "a-2")
+	s.waitFor(t, s.client(), "tcp", ip, 80, "a-2")
 	expectOnly(t, s.client(), "tcp", ip, 80, 30, "a-2")
 }
 
@@ -511,7 +515,7 @@ func testTerminatingFallback(t *testing.T, s *suite) {
 	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
 	// No ready endpoint anywhere: the serving terminating ones are used,
 	// the non-serving one never.
-	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
+	s.waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
 	expectOnly(t, s.client(), "tcp", ip, 80, 40, "a-1", "b-1")
 
 	// One ready endpoint: the terminating ones are not used any more.
@@ -519,7 +523,7 @@ func testTerminatingFallback(t *testing.T, s *suite) {
 		fw.Endpoint{Pod: "a-1", NotReady: true, Terminating: true},
 		fw.Endpoint{Pod: "a-3"},
 	)
-	waitFor(t, s.client(), "tcp", ip, 80, "a-3")
+	s.waitFor(t, s.client(), "tcp", ip, 80, "a-3")
 	expectOnly(t, s.client(), "tcp", ip, 80, 30, "a-3")
 }
 
@@ -534,7 +538,7 @@ func testNoEndpoints(t *testing.T, s *suite) {
 
 	// Endpoints arrive: served.
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("b-2")...)
-	waitFor(t, s.client(), "tcp", ip, 80, "b-2")
+	s.waitFor(t, s.client(), "tcp", ip, 80, "b-2")
 }
 
 func testScaleDown(t *testing.T, s *suite) {
@@ -550,7 +554,7 @@ func testScaleDown(t *testing.T, s *suite) {
 	tr := startTraffic(s, ip)
 	time.Sleep(300 * time.Millisecond)
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "b-1")...)
-	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
+	s.waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
 	time.Sleep(500 * time.Millisecond)
 	counts, errs := tr.stop()
 	if len(errs) > 0 {
@@ -659,7 +663,7 @@ func testUDPConntrack(t *testing.T, s *suite) {
 	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "udp", Namespace: ns, Protocol: v1.ProtocolUDP})
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1")...)
 	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
-	waitFor(t, s.client(), "udp", ip, 80, "a-1")
+	s.waitFor(t, s.client(), "udp", ip, 80, "a-1")
 
 	// One UDP flow: the same socket, so the same conntrack entry.
 	conn, err := s.client().Dial(s.ctx, "udp", netip.AddrPortFrom(ip, 80).String())
@@ -697,13 +701,13 @@ func testIPv6(t *testing.T, s *suite) {
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv6Protocol, fw.Ready("a-2", "b-2")...)
 	ip6 := fw.ClusterIP(t, svc, v1.IPv6Protocol)
 	ip4 := fw.ClusterIP(t, svc, v1.IPv4Protocol)
-	waitFor(t, s.client(), "tcp", ip6, 80, "a-2", "b-2")
+	s.waitFor(t, s.client(), "tcp", ip6, 80, "a-2", "b-2")
 	expectOnly(t, s.client(), "tcp", ip6, 80, 40, "a-2", "b-2")
 	// The Service has no UDP port.
 	expectUnknownPort(t, s, "udp", ip6, 80)
 	expectOnly(t, s.pod("a-3"), "tcp", ip6, 80, 40, "a-2", "b-2")
 	expectOnly(t, s.client(), "tcp", ip4, 80, 40, "a-1", "b-1")
-	waitFor(t, s.client(), "tcp", s.nodeA().IPv6, fw.NodePort(t, svc), "a-2", "b-2")
+	s.waitFor(t, s.client(), "tcp", s.nodeA().IPv6, fw.NodePort(t, svc), "a-2", "b-2")
 }
 
 // testProxyHealth checks the proxy health server on its default port:

@@ -176,8 +176,8 @@ func testRunAsServiceAccount(t *testing.T, s *suite, ds *appsv1.DaemonSet, kubec
 	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "deployed", Namespace: ns, DualStack: true})
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "b-1")...)
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv6Protocol, fw.Ready("a-2")...)
-	waitFor(t, s.client(), "tcp", fw.ClusterIP(t, svc, v1.IPv4Protocol), 80, "a-1", "b-1")
-	waitFor(t, s.client(), "tcp", fw.ClusterIP(t, svc, v1.IPv6Protocol), 80, "a-2")
+	s.waitFor(t, s.client(), "tcp", fw.ClusterIP(t, svc, v1.IPv4Protocol), 80, "a-1", "b-1")
+	s.waitFor(t, s.client(), "tcp", fw.ClusterIP(t, svc, v1.IPv6Protocol), 80, "a-2")
 
 	w.Stop()
 	if log := w.Log(); strings.Contains(log, "forbidden") {

@@ -40,7 +40,7 @@ func TestDrift(t *testing.T) {
 	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "drift", Namespace: ns})
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1")...)
 	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
-	waitFor(t, s.client(), "tcp", ip, 80, "a-1")
+	s.waitFor(t, s.client(), "tcp", ip, 80, "a-1")
 
 	// No drift while nobody touches the table: checks pass, none repairs.
 	fw.Eventually(t, converge, func() error {

@@ -249,7 +249,7 @@ func createTargets(t *testing.T, s *suite, ns string, targets []*target) {
 		tg.ip = fw.ClusterIP(t, tg.svc, v1.IPv4Protocol)
 	}
 	for _, tg := range targets {
-		waitFor(t, s.client(), tg.network, tg.ip, 80, tg.pods...)
+		s.waitFor(t, s.client(), tg.network, tg.ip, 80, tg.pods...)
 	}
 }
 
@@ -616,7 +616,7 @@ func testChangesWhileDown(t *testing.T, f *faults) {
 	s.env.SetEndpoints(s.ctx, t, gone, v1.IPv4Protocol, fw.Ready("b-1")...)
 	keepIP, goneIP := fw.ClusterIP(t, keep, v1.IPv4Protocol), fw.ClusterIP(t, gone, v1.IPv4Protocol)
 	expectOnlyEventually(t, s, keepIP, "a-1", "a-2")
-	waitFor(t, s.client(), "udp", goneIP, 80, "b-1")
+	s.waitFor(t, s.client(), "udp", goneIP, 80, "b-1")
 
 	w.Kill()
 	expectNoPanic(t, w)
@@ -855,19 +855,19 @@ func testUnusualObjects(t *testing.T, f *faults) {
 
 	// How each behaves, as upstream's proxy makes it behave.
 	for _, port := range []uint16{2000, 2050, 2099} {
-		waitFor(t, s.client(), "tcp", fw.ClusterIP(t, many, v1.IPv4Protocol), port, "a-2")
+		s.waitFor(t, s.client(), "tcp", fw.ClusterIP(t, many, v1.IPv4Protocol), port, "a-2")
 	}
 	expectReject(t, s.client(), "tcp", fw.ClusterIP(t, noPort, v1.IPv4Protocol), 80)
 	expectReject(t, s.client(), "tcp", fw.ClusterIP(t, fqdn, v1.IPv4Protocol), 80)
-	waitFor(t, s.client(), "tcp", fw.ClusterIP(t, ghost, v1.IPv4Protocol), 80, "b-2")
+	s.waitFor(t, s.client(), "tcp", fw.ClusterIP(t, ghost, v1.IPv4Protocol), 80, "b-2")
 	// v4-only was created last: a request sent before its sync lands
 	// is lost for good in iptables mode (its SYN's conntrack entry,
 	// made before the DNAT rule, carries the retransmission too).
-	waitFor(t, s.client(), "tcp", fw.ClusterIP(t, v4, v1.IPv4Protocol), 80, "a-2")
+	s.waitFor(t, s.client(), "tcp", fw.ClusterIP(t, v4, v1.IPv4Protocol), 80, "a-2")
 	expectOnly(t, s.client(), "tcp", fw.ClusterIP(t, v4, v1.IPv4Protocol), 80, 20, "a-2")
 	expectReject(t, s.client(), "tcp", fw.ClusterIP(t, v6, v1.IPv6Protocol), 80)
 	dayIP := fw.ClusterIP(t, day, v1.IPv4Protocol)
-	waitFor(t, s.client(), "tcp", dayIP, 80, "a-1", "a-2", "b-1")
+	s.waitFor(t, s.client(), "tcp", dayIP, 80, "a-1", "a-2", "b-1")
 	if got := answers(t, s.client(), "tcp", dayIP, 80, 30); len(got) != 1 {
 		t.Fatalf("affinity-day (ClientIP, 86400 s) spread 30 connections over %v, want one endpoint", got)
 	}

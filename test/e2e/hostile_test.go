@@ -41,7 +41,7 @@ func TestHostileModule(t *testing.T) {
 	canary := env.CreateService(ctx, t, fw.ServiceSpec{Name: "canary", Namespace: ns})
 	env.SetEndpoints(ctx, t, canary, v1.IPv4Protocol, fw.Ready("a-1", "b-1")...)
 	canaryIP := fw.ClusterIP(t, canary, v1.IPv4Protocol)
-	waitFor(t, s.client(), "tcp", canaryIP, 80, "a-1", "b-1")
+	s.waitFor(t, s.client(), "tcp", canaryIP, 80, "a-1", "b-1")
 
 	var hostile []netip.Addr
 	for _, behaviour := range []string{"tree", "fill", "spin"} {
@@ -53,7 +53,7 @@ func TestHostileModule(t *testing.T) {
 	// A port the module fails for, with no last good decision, gets
 	// upstream's semantics: these answer from their endpoint.
 	for _, ip := range hostile {
-		waitFor(t, s.client(), "tcp", ip, 80, "a-2")
+		s.waitFor(t, s.client(), "tcp", ip, 80, "a-2")
 	}
 
 	// Keep probing while wasp keeps re-evaluating the hostile ports.

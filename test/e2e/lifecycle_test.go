@@ -57,7 +57,7 @@ func testWeighted(t *testing.T, s *suite) {
 		Annotations: map[string]string{"e2e.wasp.dev/heavy-node": fw.ProxyNode}})
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "b-1")...)
 	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
-	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
+	s.waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
 
 	// 9:1 over n connections: a-1 is binomial(n, 0.9); accept ±5 standard
 	// deviations (sd = 9.5 for n = 1000), a false failure about once in
@@ -77,7 +77,7 @@ func testRestart(t *testing.T, s *suite) {
 	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "restart", Namespace: ns})
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "a-2", "b-1")...)
 	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
-	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "a-2", "b-1")
+	s.waitFor(t, s.client(), "tcp", ip, 80, "a-1", "a-2", "b-1")
 
 	// A long-lived connection and a stream of new ones keep going while
 	// wasp stops and starts again.
@@ -109,7 +109,7 @@ func testCleanup(t *testing.T, s *suite) {
 	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "gone", Namespace: ns, DualStack: true})
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1")...)
 	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
-	waitFor(t, s.client(), "tcp", ip, 80, "a-1")
+	s.waitFor(t, s.client(), "tcp", ip, 80, "a-1")
 	if r, err := s.env.ReadRuleset(); err != nil || r.Rules == 0 {
 		t.Fatalf("no %s rules of wasp while wasp runs (%v)", s.env.Dataplane().Name, err)
 	}

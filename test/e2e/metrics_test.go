@@ -133,7 +133,7 @@ func testMetrics(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
-	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "a-2")
+	s.waitFor(t, s.client(), "tcp", ip, 80, "a-1", "a-2")
 
 	moved := []struct {
 		name   string

@@ -53,7 +53,7 @@ func TestMigration(t *testing.T) {
 	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
 
 	kp := env.StartProcess(t, env.ProxyNS(), kubeProxy, kpArgs...)
-	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
+	s.waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
 	expectChains(t, s, "kube-proxy", "KUBE-SERVICES", true)
 
 	long := startLongLived(t, s, ip)

@@ -98,7 +98,7 @@ func heavyService(t *testing.T, s *suite, name string) (netip.Addr, func(p float
 		Annotations: map[string]string{"e2e.wasp.dev/heavy-node": fw.ProxyNode}})
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1", "b-1")...)
 	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
-	waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
+	s.waitFor(t, s.client(), "tcp", ip, 80, "a-1", "b-1")
 	spread := spreadOf(t, s, ip)
 	if err := spread(0.5); err != nil {
 		t.Fatalf("the builtin module: %v", err)

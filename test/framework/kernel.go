@@ -349,12 +349,12 @@ func (u untranslated) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
 
 // ForgetUntranslated deletes ns's conntrack entries of flows sent to dst
 // that were not translated (no DNAT), and returns how many. A test that
-// asked a Service before the proxy programmed it leaves such entries (in
-// iptables mode, as upstream's, nothing rejects the unprogrammed address,
-// so an unanswered SYN is tracked for 120 s); a later connection that
-// happens to reuse one's source port would follow it, untranslated, and
-// time out. A test calls this once the Service answers, before traffic it
-// counts.
+// asked a Service before the proxy programmed it leaves such entries (an
+// unanswered SYN is tracked for 120 s); a later connection that happens
+// to reuse one's source port follows it, untranslated, as upstream's
+// would: in iptables mode it times out, in nftables mode the ClusterIP
+// check rejects it (connection refused). A test calls this once the
+// Service answers, before traffic it counts.
 func ForgetUntranslated(ns *netlab.NS, dst netip.AddrPort) (uint, error) {
 	h, err := netns.GetFromPath(ns.Path())
 	if err != nil {
