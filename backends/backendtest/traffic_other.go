@@ -9,3 +9,9 @@ import "testing"
 func RunTraffic(t *testing.T, h Harness) {
 	t.Skip("traffic suite: needs Linux network namespaces")
 }
+
+// RunChurn probes the backend with real packets while it syncs, in a
+// network lab of Linux namespaces; elsewhere it skips.
+func RunChurn(t *testing.T, h Harness) {
+	t.Skip("churn suite: needs Linux network namespaces")
+}

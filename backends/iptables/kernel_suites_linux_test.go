@@ -59,3 +59,12 @@ func TestKernelIdempotence(t *testing.T) {
 		t.Run(string(v), func(t *testing.T) { backendtest.RunIdempotence(t, kernelHarness(v)) })
 	}
 }
+
+// TestKernelChurn runs backendtest's churn suite with each variant: no
+// new connection is lost while partial restores change other service
+// ports or the probed one's endpoints and weights.
+func TestKernelChurn(t *testing.T) {
+	for _, v := range variants {
+		t.Run(string(v), func(t *testing.T) { backendtest.RunChurn(t, kernelHarness(v)) })
+	}
+}

@@ -5,7 +5,10 @@ package nftables
 import (
 	"context"
 	"net/netip"
+	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,4 +153,53 @@ func kernelHarness() backendtest.Harness {
 	h := harness()
 	h.Kernel, h.Probe = true, probeNFTables
 	return h
+}
+
+// TestKernelChurn runs backendtest's churn suite on the kernel: no new
+// connection is lost while Syncs change other service ports or the
+// probed one's endpoints and weights.
+func TestKernelChurn(t *testing.T) {
+	h := kernelHarness()
+	if os.Getenv(tornEnv) != "" {
+		// The defect TestKernelChurnCatchesTornSyncs plants: every Sync
+		// removes the table first, in a transaction of its own.
+		newBackend := h.New
+		h.New = func(t *testing.T, family backends.Family, netns string) backends.Backend {
+			return torn{newBackend(t, family, netns).(*Backend)}
+		}
+	}
+	backendtest.RunChurn(t, h)
+}
+
+const tornEnv = "WASP_TEST_TORN_SYNCS"
+
+// torn is a Backend whose Syncs are not atomic.
+type torn struct{ *Backend }
+
+func (b torn) Sync(ctx context.Context, s *backends.State) error {
+	if err := b.Backend.Cleanup(ctx); err != nil {
+		return err
+	}
+	return b.Backend.Sync(ctx, s)
+}
+
+// TestKernelChurnCatchesTornSyncs: the churn suite fails a backend whose
+// Syncs let packets see the dataplane half-written. It runs the suite in
+// a child process, whose failure must not fail this test.
+func TestKernelChurnCatchesTornSyncs(t *testing.T) {
+	if os.Getenv(tornEnv) != "" {
+		t.Skip("in the child process")
+	}
+	if testing.Short() {
+		t.Skip("kernel test: skipped in -short mode")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKernelChurn$/^Endpoints$", "-test.v")
+	cmd.Env = append(os.Environ(), tornEnv+"=1", "WASP_CHURN_SYNCS=100")
+	out, err := cmd.CombinedOutput()
+	if err == nil && strings.Contains(string(out), "--- SKIP") {
+		t.Skipf("the churn suite skipped:\n%s", out)
+	}
+	if err == nil || !strings.Contains(string(out), "lost while") {
+		t.Errorf("the churn suite passed or failed otherwise (%v); want lost requests:\n%.3000s", err, out)
+	}
 }
