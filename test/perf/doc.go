@@ -37,7 +37,11 @@
 // connections per dataplane path, default 3000), WASP_PERF_REPEAT (changes
 // measured per size, default 3), WASP_PERF_MIN_SYNC_PERIOD (both proxies'
 // minimum sync period, default 1s, their common default), WASP_PERF_MODE
-// (both proxies' mode: nftables, the default, or iptables), WASP_PERF_OUT
+// (both proxies' mode: nftables, the default, or iptables),
+// WASP_PERF_IPTABLES_VARIANT (in iptables mode: nft, the default, or
+// legacy), WASP_PERF_IDLE (how long each proxy idles after its last
+// measurement before its memory is read once more, default 1m; 0 skips
+// that reading), WASP_PERF_OUT
 // (also write the table to this file), WASP_PERF_LOGS (keep the proxies'
 // logs in this directory), WASP_PERF_PROFILES (keep wasp's heap profile
 // and memory maps, taken when its memory is read, in this directory). See

@@ -65,7 +65,8 @@ func details(r *result) string {
 	fmt.Fprintf(&b, "  full sync after restart: reported %s, start until answered %s\n", seconds(r.fullReported), seconds(r.full))
 	fmt.Fprintf(&b, "  new Service until answered: %s (API calls %s; reported syncs %s)\n", list(r.newService), list(r.newServiceAPI), list(r.newServiceReported))
 	fmt.Fprintf(&b, "  endpoint change until answered: %s (reported syncs %s)\n", list(r.change), list(r.changeReported))
-	fmt.Fprintf(&b, "  VmRSS %s, VmHWM %s\n", mib(r.rss), mib(r.hwm))
+	fmt.Fprintf(&b, "  VmRSS %s, VmHWM %s after the first start's sync; %s, %s after a restart and the changes; %s, %s after idling\n",
+		mib(r.rssFirst), mib(r.hwmFirst), mib(r.rss), mib(r.hwm), mib(r.rssIdle), mib(r.hwmIdle))
 	if len(r.cluster) > 0 {
 		fmt.Fprintf(&b, "  dataplane: ClusterIP median %s p99 %s, pod median %s p99 %s (%d connections each)\n",
 			seconds(median(r.cluster)), seconds(percentile(r.cluster, 99)),
@@ -130,8 +131,15 @@ func table(results []*result, cfg config, machine string) string {
 		dur(n, "full sync, start until answered", func(r *result) time.Duration { return r.full })
 		dur(n, "new Service until answered", func(r *result) time.Duration { return median(r.newService) })
 		dur(n, "endpoint change until answered", func(r *result) time.Duration { return median(r.change) })
-		mem(n, "VmRSS", func(r *result) int64 { return r.rss })
-		mem(n, "VmHWM", func(r *result) int64 { return r.hwm })
+		dur(n, "new Service, reported sync", func(r *result) time.Duration { return median(r.newServiceReported) })
+		dur(n, "endpoint change, reported sync", func(r *result) time.Duration { return median(r.changeReported) })
+		mem(n, "VmRSS after first sync", func(r *result) int64 { return r.rssFirst })
+		mem(n, "VmHWM after first sync", func(r *result) int64 { return r.hwmFirst })
+		mem(n, "VmRSS after restart", func(r *result) int64 { return r.rss })
+		mem(n, "VmHWM after restart", func(r *result) int64 { return r.hwm })
+		if cfg.idle > 0 {
+			mem(n, "VmRSS after idling "+cfg.idle.String(), func(r *result) int64 { return r.rssIdle })
+		}
 		fmt.Fprintln(w, "\t\t\t\t")
 	}
 	w.Flush()

@@ -31,8 +31,9 @@ type config struct {
 	conns    int // sequential connections per dataplane path
 	repeat   int // new Services and endpoint changes measured per size
 	minSync  time.Duration
-	mode     string // both proxies' mode: nftables or iptables
-	variant  string // in iptables mode, both proxies' iptables variant: nft or legacy
+	idle     time.Duration // idling before the last memory reading; 0: none
+	mode     string        // both proxies' mode: nftables or iptables
+	variant  string        // in iptables mode, both proxies' iptables variant: nft or legacy
 	out      string
 	logs     string // directory to keep the proxies' logs in
 	profiles string // directory to keep wasp's heap profiles in
@@ -44,6 +45,9 @@ func configFromEnv() (config, error) {
 	// Both proxies' default; both get the same.
 	if c.minSync, err = time.ParseDuration(envOr("WASP_PERF_MIN_SYNC_PERIOD", "1s")); err != nil || c.minSync < 0 {
 		return c, fmt.Errorf("WASP_PERF_MIN_SYNC_PERIOD: %q is not a duration", os.Getenv("WASP_PERF_MIN_SYNC_PERIOD"))
+	}
+	if c.idle, err = time.ParseDuration(envOr("WASP_PERF_IDLE", "1m")); err != nil || c.idle < 0 {
+		return c, fmt.Errorf("WASP_PERF_IDLE: %q is not a duration", os.Getenv("WASP_PERF_IDLE"))
 	}
 	switch c.mode = envOr("WASP_PERF_MODE", "nftables"); c.mode {
 	case "nftables", "iptables":
@@ -120,9 +124,11 @@ type result struct {
 	newService, newServiceAPI, newServiceReported []time.Duration
 	change, changeReported                        []time.Duration
 
-	rss, hwm        int64
-	cluster, direct []time.Duration // dataplane samples
-	load            string          // /proc/loadavg after the measurements
+	rssFirst, hwmFirst int64           // the warm-up process, settled after its first sync
+	rss, hwm           int64           // the restarted process, settled after the changes
+	rssIdle, hwmIdle   int64           // the same after idling cfg.idle (0: not measured)
+	cluster, direct    []time.Duration // dataplane samples
+	load               string          // /proc/loadavg after the measurements
 }
 
 // TestScale compares wasp with upstream kube-proxy at growing numbers of
@@ -241,6 +247,12 @@ func measure(ctx context.Context, t *testing.T, env *fw.Env, p *proxy, steady *v
 	}
 	r.warm = at.Sub(proc.Started)
 	quiet(ctx, t, proc)
+	// Memory right after a start's sync, as a dashboard sees it once the
+	// proxy settled.
+	time.Sleep(settle)
+	if r.rssFirst, r.hwmFirst, err = memory(proc.Pid()); err != nil {
+		t.Fatal(err)
+	}
 	proc.Stop()
 
 	// Full sync after a restart: a Service created while the proxy is down
@@ -326,6 +338,15 @@ func measure(ctx context.Context, t *testing.T, env *fw.Env, p *proxy, steady *v
 	}
 	r.cluster, r.direct = lat[0], lat[1]
 	r.load = loadavg()
+	// Memory after idling: what a node that sees no change for a while
+	// keeps resident (the Go runtime returns freed memory to the OS over
+	// minutes; kube-proxy's and wasp's alike).
+	if cfg.idle > 0 {
+		time.Sleep(cfg.idle)
+		if r.rssIdle, r.hwmIdle, err = memory(proc.Pid()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	proc.Stop()
 	r.done = true
 }
