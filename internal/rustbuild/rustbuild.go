@@ -105,16 +105,47 @@ func hasStd(ctx context.Context, rustc, target string) error {
 type Paths struct {
 	// SDK is the directory of the SDK crate (sdk/rust). Required.
 	SDK string
-	// Module is the directory of the module crate; its root is src/lib.rs.
-	// Required for Build.
+	// Module is the directory of the module crate. Required for Build.
 	Module string
+	// Root is the crate's root file, relative to Module: src/lib.rs when
+	// empty. wasp's default modules keep theirs as lib.rs beside their Go
+	// sources.
+	Root string
+}
+
+// Profile is a set of code generation options.
+type Profile int
+
+const (
+	// Small optimises for size, each crate on its own: what the SDK's
+	// README tells vendors to use.
+	Small Profile = iota
+	// Fast optimises for speed and links the SDK into the module with
+	// link-time optimisation, so that its small accessors inline into the
+	// module's loops: what wasp's default modules are built with.
+	Fast
+)
+
+// flags returns the rustc options of p, for both crates; lto those of the
+// module's link only.
+func (p Profile) flags() (common, lto []string) {
+	if p == Fast {
+		return []string{"-C", "opt-level=3"}, []string{"-C", "lto=fat"}
+	}
+	return []string{"-C", "opt-level=s"}, nil
 }
 
 // Build compiles the SDK for Target and then the module crate as a cdylib
-// against it, and returns the module's bytes. Paths are remapped and
-// symbols stripped, so the bytes do not depend on where the tree lives;
-// the module's metadata section is written by the SDK's module! macro.
+// against it, with the Small profile, and returns the module's bytes.
+// Paths are remapped and symbols stripped, so the bytes do not depend on
+// where the tree lives; the module's metadata section is written by the
+// SDK's module! macro.
 func (tc Toolchain) Build(ctx context.Context, p Paths) ([]byte, error) {
+	return tc.BuildProfile(ctx, p, Small)
+}
+
+// BuildProfile is Build with the code generation options of profile.
+func (tc Toolchain) BuildProfile(ctx context.Context, p Paths, profile Profile) ([]byte, error) {
 	tmp, err := os.MkdirTemp("", "wasp-rustbuild-")
 	if err != nil {
 		return nil, err
@@ -124,17 +155,25 @@ func (tc Toolchain) Build(ctx context.Context, p Paths) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	root := p.Root
+	if root == "" {
+		root = filepath.Join("src", "lib.rs")
+	}
+	opt, lto := profile.flags()
 	rlib := filepath.Join(tmp, "libwasp.rlib")
-	common := []string{"--edition", Edition, "--target", Target,
-		"-C", "opt-level=s", "-C", "codegen-units=1", "-C", "strip=symbols",
-		"--remap-path-prefix", sdk + "=sdk/rust", "--remap-path-prefix", mod + "=module"}
+	// panic=abort is the target's default; said here so that the bytes do
+	// not hang on it.
+	common := append([]string{"--edition", Edition, "--target", Target,
+		"-C", "codegen-units=1", "-C", "strip=symbols", "-C", "panic=abort",
+		"--remap-path-prefix", sdk + "=sdk/rust", "--remap-path-prefix", mod + "=module",
+		"--remap-path-prefix", tmp + "=build"}, opt...)
 	if err := tc.run(ctx, append(common, "--crate-type", "rlib", "--crate-name", "wasp",
 		"-o", rlib, filepath.Join(sdk, "src", "lib.rs"))...); err != nil {
 		return nil, err
 	}
 	out := filepath.Join(tmp, "module.wasm")
-	if err := tc.run(ctx, append(common, "--crate-type", "cdylib", "--crate-name", "module",
-		"--extern", "wasp="+rlib, "-o", out, filepath.Join(mod, "src", "lib.rs"))...); err != nil {
+	if err := tc.run(ctx, append(append(common, lto...), "--crate-type", "cdylib", "--crate-name", "module",
+		"--extern", "wasp="+rlib, "-o", out, filepath.Join(mod, root))...); err != nil {
 		return nil, err
 	}
 	return os.ReadFile(out)
@@ -179,4 +218,13 @@ func abs(a, b string) (string, string, error) {
 	}
 	y, err := filepath.Abs(b)
 	return x, y, err
+}
+
+// Version returns rustc's version line, "rustc 1.63.0" and what follows.
+func (tc Toolchain) Version(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, tc.Rustc, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", tc.Rustc, err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
