@@ -5,7 +5,7 @@
 #   make test      everything CI runs: checks, module drift, unit, kernel, fuzz and end-to-end tests
 #   make fuzz      every fuzz target for FUZZTIME each (default 8s)
 #   make check     gofmt, go vet, staticcheck, cross-builds, go mod tidy
-#   make modules   rebuild the embedded default modules from their sources
+#   make modules   rebuild the default modules, Go and Rust builds, from their sources (rustc 1.63)
 #   make rust      the Rust SDK's tests and example (rustc, libstd-rust-dev-wasm32)
 #   make bench     the hot-path benchmarks (see docs/performance.md)
 #   make e2e       end-to-end tests against a real etcd + kube-apiserver (see test/README.md)
@@ -109,14 +109,15 @@ tidy:
 		diff -u $$tmp/go.mod go.mod; cp $$tmp/go.mod $$tmp/go.sum .; rm -rf $$tmp; \
 		echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; fi; rm -rf $$tmp
 
-modules: ## Rebuild modules/wasm/*.wasm (reproducible: same Go, same bytes) and their SHA256SUMS.
+modules: ## Rebuild modules/builds/{go,rust}/*.wasm (reproducible: same Go and rustc, same bytes) and their SHA256SUMS.
 	@set -e; for m in $(MODULES); do \
-		echo "module $$m"; $(GO) run ./cmd/wasp module build modules/$$m -o modules/wasm/$$m.wasm; \
-	done; cd modules/wasm && sha256sum $(MODULES:=.wasm) > SHA256SUMS
+		echo "module $$m (go)"; $(GO) run ./cmd/wasp module build modules/$$m -o modules/builds/go/$$m.wasm; \
+		echo "module $$m (rust)"; $(GO) run ./internal/rustbuild/rustmodule -o modules/builds/rust/$$m.wasm modules/$$m; \
+	done; for b in go rust; do (cd modules/builds/$$b && sha256sum $(MODULES:=.wasm) > SHA256SUMS); done
 
 modules-check: modules ## Fail if the committed modules drift from their sources.
-	@git diff --exit-code --stat -- modules/wasm || \
-		{ echo "modules/wasm/*.wasm differ from their sources: run make modules and commit"; exit 1; }
+	@git diff --exit-code --stat -- modules/builds || \
+		{ echo "modules/builds/*/*.wasm differ from their sources: run make modules and commit"; exit 1; }
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./abi/ ./host/pipeline/ ./host/reference/

@@ -2,6 +2,15 @@
 // kube-proxy's Service semantics, one module per stage, built from the
 // sources in this directory by `make modules`. wasp starts on them without
 // a registry.
+//
+// Each module is written twice, with the same semantics line for line: in
+// Go (DIR/main.go, the Go SDK's reference modules and a vendor's starting
+// point) and in Rust (DIR/lib.rs, beside it and its module.json, with the
+// Rust SDK). Both are built, into builds/go and builds/rust, and both are
+// held against the native reference by the same tests (package
+// modules/builds lists them); wasp embeds one of them, the build named by
+// Build, as builtin:<Name> (RATIONALE.md, "Why is each default module
+// written twice, in Go and in Rust?").
 package modules
 
 import (
@@ -13,12 +22,17 @@ import (
 	"github.com/wasp-proxy/wasp/abi/metadata"
 )
 
-// files holds the built modules, their digests (wasm/SHA256SUMS, written
-// by `make modules` beside them) and their metadata sources: Digest and
+// Build names the build wasp embeds: "go" or "rust", the directory of
+// modules/builds that files embeds (a go:embed pattern cannot name a
+// constant; package builds' tests check that the two agree).
+const Build = "go"
+
+// files holds the built modules, their digests (SHA256SUMS, written by
+// `make modules` beside them) and their metadata sources: Digest and
 // Metadata answer without reading a module's bytes, so that a wasp that
 // runs the builtin modules natively never pages them in.
 //
-//go:embed wasm/*.wasm wasm/SHA256SUMS topology/module.json trafficpolicy/module.json selection/module.json
+//go:embed builds/go/*.wasm builds/go/SHA256SUMS topology/module.json trafficpolicy/module.json selection/module.json
 var files embed.FS
 
 // Builtin is one embedded module.
@@ -66,17 +80,17 @@ func Wasm(name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return files.ReadFile("wasm/" + b.Dir + ".wasm")
+	return files.ReadFile("builds/" + Build + "/" + b.Dir + ".wasm")
 }
 
 // Digest returns "sha256:<hex>" of the embedded binary of the builtin
-// module name, as runtime.Digest would, from wasm/SHA256SUMS.
+// module name, as runtime.Digest would, from its build's SHA256SUMS.
 func Digest(name string) (string, error) {
 	b, err := lookup(name)
 	if err != nil {
 		return "", err
 	}
-	sums, err := files.ReadFile("wasm/SHA256SUMS")
+	sums, err := files.ReadFile("builds/" + Build + "/SHA256SUMS")
 	if err != nil {
 		return "", err
 	}
@@ -86,11 +100,12 @@ func Digest(name string) (string, error) {
 			return "sha256:" + sum, nil
 		}
 	}
-	return "", fmt.Errorf("builtin module %q: no digest in wasm/SHA256SUMS (run make modules)", name)
+	return "", fmt.Errorf("builtin module %q: no digest in builds/%s/SHA256SUMS (run make modules)", name, Build)
 }
 
 // Metadata returns the metadata of the builtin module name: its
-// module.json, which `make modules` embeds in the binary.
+// module.json, which the Go build embeds and the Rust build's module!
+// declares (`make modules` refuses a Rust build whose metadata differs).
 func Metadata(name string) (*metadata.Metadata, error) {
 	b, err := lookup(name)
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/wasp-proxy/wasp/modules"
 )
 
-// TestDigest: wasm/SHA256SUMS names the embedded bytes, so that a
+// TestDigest: the embedded build's SHA256SUMS names its bytes, so that a
 // hand-edited module or a stale sums file fails here, besides make
 // modules-check.
 func TestDigest(t *testing.T) {

@@ -2,8 +2,6 @@ package wasmbin
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 	"github.com/wasp-proxy/wasp/abi"
 	"github.com/wasp-proxy/wasp/host/reference"
 	"github.com/wasp-proxy/wasp/host/reference/referencetest"
+	"github.com/wasp-proxy/wasp/modules/builds"
 )
 
 // stageCall runs one stage of a default module on an encoded batch.
@@ -55,8 +54,8 @@ func (c *stageCall) run(tb testing.TB, input []byte) {
 // stageInputs encodes, for each stage, a realistic batch of 5,000
 // service ports of 10 endpoints (the share of one instance in a 10k full
 // recompute), each stage with the decisions of the stages before it, and
-// reads the stage's default module.
-func stageInputs(tb testing.TB) map[abi.Stage][2][]byte {
+// reads the stage's default module in build b.
+func stageInputs(tb testing.TB, b builds.Build) map[abi.Stage][2][]byte {
 	tb.Helper()
 	node, sps := referencetest.Batch(1, 5000, 10)
 	decisions := make([]abi.Decision, len(sps))
@@ -73,7 +72,7 @@ func stageInputs(tb testing.TB) map[abi.Stage][2][]byte {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		wasm, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "modules", "wasm", modules[stage]+".wasm"))
+		wasm, err := builds.Wasm(b, modules[stage])
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -99,7 +98,13 @@ func TestCallChecksAreRare(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the default modules over 5,000 service ports")
 	}
-	inputs := stageInputs(t)
+	for _, b := range builds.All {
+		t.Run(string(b), func(t *testing.T) { testCallChecksAreRare(t, b) })
+	}
+}
+
+func testCallChecksAreRare(t *testing.T, b builds.Build) {
+	inputs := stageInputs(t, b)
 	for _, stage := range abi.Stages {
 		t.Run(stage.String(), func(t *testing.T) {
 			wasm, input := inputs[stage][0], inputs[stage][1]
@@ -130,7 +135,13 @@ func TestCallChecksAreRare(t *testing.T) {
 // only, in alternating rounds of the same run. x-loops-only is the ratio
 // of the fastest rounds.
 func BenchmarkCallChecks(b *testing.B) {
-	inputs := stageInputs(b)
+	for _, build := range builds.All {
+		b.Run(string(build), func(b *testing.B) { benchCallChecks(b, build) })
+	}
+}
+
+func benchCallChecks(b *testing.B, build builds.Build) {
+	inputs := stageInputs(b, build)
 	for _, stage := range abi.Stages {
 		wasm, input := inputs[stage][0], inputs[stage][1]
 		b.Run(stage.String(), func(b *testing.B) {
