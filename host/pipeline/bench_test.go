@@ -10,6 +10,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/reference"
 	"github.com/wasp-proxy/wasp/host/reference/referencetest"
 	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/modules/builds"
 )
 
 // Realistic scale for a full recompute: 10k service ports of 10 endpoints.
@@ -44,11 +45,11 @@ func baselines(node abi.Node, sps []abi.ServicePort, ps []pipeline.Port) (pipe, 
 	return pipe, bare
 }
 
-func benchRecompute(b *testing.B, cfg runtime.Config, nports int) {
+func benchRecompute(b *testing.B, build builds.Build, cfg runtime.Config, nports int) {
 	node, sps := referencetest.Batch(1, nports, benchEndpoints)
 	ps := ports(sps)
 	pipe, bare := baselines(node, sps, ps)
-	p, mods := defaults(b, cfg, runtime.Limits{})
+	p, mods := defaults(b, build, cfg, runtime.Limits{})
 	p.Run(context.Background(), node, ps) // warm up: instances, buffers
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -72,12 +73,23 @@ func benchRecompute(b *testing.B, cfg runtime.Config, nports int) {
 	b.ReportMetric(float64(mem)/(1<<20), "guest-MiB")
 }
 
+// eachBuildBench runs f as a sub-benchmark for every build of the default
+// modules: BenchmarkX/go/..., BenchmarkX/rust/...
+func eachBuildBench(b *testing.B, f func(b *testing.B, build builds.Build)) {
+	for _, build := range builds.All {
+		b.Run(string(build), func(b *testing.B) { f(b, build) })
+	}
+}
+
 // BenchmarkFullRecompute: every service port through the three default
-// Wasm stages, against the native reference measured in the same run.
+// Wasm stages, each build, against the native reference measured in the
+// same run.
 func BenchmarkFullRecompute(b *testing.B) {
-	b.Run("instrumented", func(b *testing.B) { benchRecompute(b, runtime.Config{}, benchPorts) })
-	b.Run("close-on-context-done", func(b *testing.B) {
-		benchRecompute(b, runtime.Config{Interrupt: runtime.InterruptCloseOnContextDone}, benchPorts)
+	eachBuildBench(b, func(b *testing.B, build builds.Build) {
+		b.Run("instrumented", func(b *testing.B) { benchRecompute(b, build, runtime.Config{}, benchPorts) })
+		b.Run("close-on-context-done", func(b *testing.B) {
+			benchRecompute(b, build, runtime.Config{Interrupt: runtime.InterruptCloseOnContextDone}, benchPorts)
+		})
 	})
 }
 
@@ -87,10 +99,14 @@ func BenchmarkFullRecompute(b *testing.B) {
 // in alternating rounds of one run. x-loops-only is fastest against
 // fastest.
 func BenchmarkBoundedCode(b *testing.B) {
+	eachBuildBench(b, benchBoundedCode)
+}
+
+func benchBoundedCode(b *testing.B, build builds.Build) {
 	node, sps := referencetest.Batch(1, benchPorts, benchEndpoints)
 	ps := ports(sps)
-	bounded, _ := defaults(b, runtime.Config{}, runtime.Limits{})
-	loops, _ := defaults(b, runtime.Config{Interrupt: runtime.InterruptLoopsOnly}, runtime.Limits{})
+	bounded, _ := defaults(b, build, runtime.Config{}, runtime.Limits{})
+	loops, _ := defaults(b, build, runtime.Config{Interrupt: runtime.InterruptLoopsOnly}, runtime.Limits{})
 	bounded.Run(context.Background(), node, ps) // warm up
 	loops.Run(context.Background(), node, ps)
 	fastest, fastestLoops := time.Duration(1<<62), time.Duration(1<<62)
@@ -108,7 +124,9 @@ func BenchmarkBoundedCode(b *testing.B) {
 
 // BenchmarkSingleService: an incremental change, one service port.
 func BenchmarkSingleService(b *testing.B) {
-	b.Run("instrumented", func(b *testing.B) { benchRecompute(b, runtime.Config{}, 1) })
+	eachBuildBench(b, func(b *testing.B, build builds.Build) {
+		b.Run("instrumented", func(b *testing.B) { benchRecompute(b, build, runtime.Config{}, 1) })
+	})
 }
 
 // TestGuestMemoryFlat runs 100 full batches and requires the guests'
@@ -118,9 +136,13 @@ func TestGuestMemoryFlat(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100 full batches")
 	}
+	eachBuild(t, testGuestMemoryFlat)
+}
+
+func testGuestMemoryFlat(t *testing.T, b builds.Build) {
 	node, sps := referencetest.Batch(2, benchPorts, benchEndpoints)
 	ps := ports(sps)
-	p, mods := defaults(t, runtime.Config{}, runtime.Limits{})
+	p, mods := defaults(t, b, runtime.Config{}, runtime.Limits{})
 	size := func() (s [4]uint64) {
 		for _, st := range abi.Stages {
 			s[st] = mods[st].Stats().MaxMemoryBytes
@@ -149,9 +171,13 @@ func TestGuestMemoryFlat(t *testing.T) {
 // TestShrinkAfterSplit: a batch split across instances leaves each module
 // with its grown instances discarded; a small batch does not.
 func TestShrinkAfterSplit(t *testing.T) {
+	eachBuild(t, testShrinkAfterSplit)
+}
+
+func testShrinkAfterSplit(t *testing.T, b builds.Build) {
 	node, sps := referencetest.Batch(3, 2000, benchEndpoints)
 	ps := ports(sps)
-	p, mods := defaults(t, runtime.Config{}, runtime.Limits{Instances: 2})
+	p, mods := defaults(t, b, runtime.Config{}, runtime.Limits{Instances: 2})
 	p.Run(context.Background(), node, ps[:1])
 	for _, st := range abi.Stages {
 		if n := mods[st].Stats().Shrunk; n != 0 {
@@ -159,7 +185,7 @@ func TestShrinkAfterSplit(t *testing.T) {
 		}
 	}
 	p.Run(context.Background(), node, ps)
-	checkAgainstReference(t, node, sps, p.Run(context.Background(), node, ps))
+	checkAgainstReference(t, b, node, sps, p.Run(context.Background(), node, ps))
 	for _, st := range abi.Stages {
 		if n := mods[st].Stats().Shrunk; n < 2 {
 			t.Errorf("%s: %d instances shrunk after two batches split in two; want 2 or more", st, n)

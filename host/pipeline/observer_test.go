@@ -65,7 +65,7 @@ func (r *recorder) Fallbacks(n *pipeline.Fallbacks) {
 // falls back, and keeps a count of the ports on a fallback that follows
 // failures, recoveries and Forget; Observers tells each of its observers.
 func TestObserver(t *testing.T) {
-	_, mods := defaults(t, runtime.Config{}, runtime.Limits{})
+	_, mods := defaults(t, embedded, runtime.Config{}, runtime.Limits{})
 	stage := abi.StageEndpointSelection
 	mod := &flaky{Module: mods[stage]}
 	rec := &recorder{calls: map[string]int{}, failed: map[string]int{}}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"os"
 	"reflect"
 	"sync"
 	"testing"
@@ -17,10 +18,14 @@ import (
 	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/internal/modbuild"
 	"github.com/wasp-proxy/wasp/modules"
+	"github.com/wasp-proxy/wasp/modules/builds"
 )
 
-// defaults loads the embedded default modules into a pipeline.
-func defaults(t testing.TB, cfg runtime.Config, limits runtime.Limits) (*pipeline.Pipeline, [4]*runtime.Module) {
+// embedded is the build of the default modules wasp embeds.
+var embedded = builds.Build(modules.Build)
+
+// defaults loads build b of the default modules into a pipeline.
+func defaults(t testing.TB, b builds.Build, cfg runtime.Config, limits runtime.Limits) (*pipeline.Pipeline, [4]*runtime.Module) {
 	t.Helper()
 	rt, err := runtime.New(cfg)
 	if err != nil {
@@ -29,16 +34,16 @@ func defaults(t testing.TB, cfg runtime.Config, limits runtime.Limits) (*pipelin
 	t.Cleanup(func() { _ = rt.Close(context.Background()) })
 	var opts pipeline.Options
 	var mods [4]*runtime.Module
-	for _, b := range modules.Builtins {
-		wasm, err := modules.Wasm(b.Name)
+	for _, m := range modules.Builtins {
+		wasm, err := builds.Wasm(b, m.Name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := rt.Load(context.Background(), "builtin:"+b.Name, wasm, limits)
+		mod, err := rt.Load(context.Background(), "builtin:"+m.Name, wasm, limits)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s build: %v", b, err)
 		}
-		opts.Modules[b.Stage], mods[b.Stage] = m, m
+		opts.Modules[m.Stage], mods[m.Stage] = mod, mod
 	}
 	return pipeline.New(opts), mods
 }
@@ -51,27 +56,37 @@ func ports(sps []abi.ServicePort) []pipeline.Port {
 	return out
 }
 
-// checkAgainstReference compares every result with the native reference.
-func checkAgainstReference(t *testing.T, node abi.Node, sps []abi.ServicePort, got []pipeline.Result) {
+// checkAgainstReference compares every result of build b with the native
+// reference.
+func checkAgainstReference(t *testing.T, b builds.Build, node abi.Node, sps []abi.ServicePort, got []pipeline.Result) {
 	t.Helper()
 	for i := range sps {
 		want := reference.Categorize(&node, &sps[i])
 		if got[i].Source != pipeline.SourceModules {
-			t.Fatalf("port %d: source %s: %v", i, got[i].Source, got[i].Err)
+			t.Fatalf("%s build: port %d: source %s: %v", b, i, got[i].Source, got[i].Err)
 		}
 		if !reflect.DeepEqual(got[i].Decision, want) {
-			t.Fatalf("port %d (%+v):\nwasm:      %+v\nreference: %+v", i, sps[i], got[i].Decision, want)
+			t.Fatalf("%s build: port %d (%+v):\nwasm:      %+v\nreference: %+v", b, i, sps[i], got[i].Decision, want)
 		}
 	}
 }
 
-// TestDefaultModulesMatchReference runs the Wasm default chain and the
-// native reference over a realistic batch and requires identical
-// decisions, nil versus empty included.
+// eachBuild runs f as a subtest for every build of the default modules.
+func eachBuild(t *testing.T, f func(t *testing.T, b builds.Build)) {
+	for _, b := range builds.All {
+		t.Run(string(b), func(t *testing.T) { f(t, b) })
+	}
+}
+
+// TestDefaultModulesMatchReference runs each build of the Wasm default
+// chain and the native reference over a realistic batch and requires
+// identical decisions, nil versus empty included.
 func TestDefaultModulesMatchReference(t *testing.T) {
-	p, _ := defaults(t, runtime.Config{}, runtime.Limits{})
-	node, sps := referencetest.Batch(1, 3000, 10)
-	checkAgainstReference(t, node, sps, p.Run(context.Background(), node, ports(sps)))
+	eachBuild(t, func(t *testing.T, b builds.Build) {
+		p, _ := defaults(t, b, runtime.Config{}, runtime.Limits{})
+		node, sps := referencetest.Batch(1, 3000, 10)
+		checkAgainstReference(t, b, node, sps, p.Run(context.Background(), node, ports(sps)))
+	})
 }
 
 // randomPorts builds adversarial service ports: every condition
@@ -109,26 +124,42 @@ func randomPorts(r *rand.Rand, n int) (abi.Node, []abi.ServicePort) {
 	return node, sps
 }
 
-// FuzzChain is the differential fuzz test: the Wasm default chain equals
-// the native reference on random service ports. Under plain go test it
-// runs its seeds; the loop in TestChainRandom covers many more.
+// FuzzChain is the differential fuzz test: every build of the Wasm
+// default chain equals the native reference on random service ports.
+// Under plain go test it runs its seeds; the loop in TestChainRandom
+// covers many more. WASP_FUZZ_BUILD=go or rust fuzzes one build alone.
 func FuzzChain(f *testing.F) {
-	p, _ := defaults(f, runtime.Config{}, runtime.Limits{})
+	var chains []*pipeline.Pipeline
+	var names []builds.Build
+	for _, b := range builds.All {
+		if only := os.Getenv("WASP_FUZZ_BUILD"); only != "" && only != string(b) {
+			continue
+		}
+		p, _ := defaults(f, b, runtime.Config{}, runtime.Limits{})
+		chains, names = append(chains, p), append(names, b)
+	}
+	if len(chains) == 0 {
+		f.Fatalf("WASP_FUZZ_BUILD=%q names no build (want one of %v)", os.Getenv("WASP_FUZZ_BUILD"), builds.All)
+	}
 	for s := range uint64(8) {
 		f.Add(s, uint8(20))
 	}
 	f.Fuzz(func(t *testing.T, seed uint64, n uint8) {
 		node, sps := randomPorts(rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), int(n))
-		checkAgainstReference(t, node, sps, p.Run(context.Background(), node, ports(sps)))
+		for k, p := range chains {
+			checkAgainstReference(t, names[k], node, sps, p.Run(context.Background(), node, ports(sps)))
+		}
 	})
 }
 
 func TestChainRandom(t *testing.T) {
-	p, _ := defaults(t, runtime.Config{}, runtime.Limits{})
-	for seed := range uint64(200) {
-		node, sps := randomPorts(rand.New(rand.NewPCG(seed, 7)), 100)
-		checkAgainstReference(t, node, sps, p.Run(context.Background(), node, ports(sps)))
-	}
+	eachBuild(t, func(t *testing.T, b builds.Build) {
+		p, _ := defaults(t, b, runtime.Config{}, runtime.Limits{})
+		for seed := range uint64(200) {
+			node, sps := randomPorts(rand.New(rand.NewPCG(seed, 7)), 100)
+			checkAgainstReference(t, b, node, sps, p.Run(context.Background(), node, ports(sps)))
+		}
+	})
 }
 
 var (
