@@ -55,7 +55,11 @@ func candidates() []string {
 // Find returns the first rustc of candidates whose standard library for
 // Target is installed. Its error, wrapping ErrNoToolchain, says what was
 // tried and how to install the toolchain.
-func Find(ctx context.Context) (Toolchain, error) {
+func Find(ctx context.Context) (Toolchain, error) { return FindVersion(ctx, "") }
+
+// FindVersion is Find for a rustc whose version line starts with version
+// ("rustc 1.63.0"); "" takes any.
+func FindVersion(ctx context.Context, version string) (Toolchain, error) {
 	var tried []string
 	seen := map[string]bool{}
 	for _, rustc := range candidates() {
@@ -63,11 +67,23 @@ func Find(ctx context.Context) (Toolchain, error) {
 			continue
 		}
 		seen[rustc] = true
+		tc := Toolchain{Rustc: rustc}
 		if err := hasStd(ctx, rustc, Target); err != nil {
 			tried = append(tried, fmt.Sprintf("%s: %v", rustc, err))
 			continue
 		}
-		return Toolchain{Rustc: rustc}, nil
+		if version != "" {
+			v, err := tc.Version(ctx)
+			if err != nil {
+				tried = append(tried, err.Error())
+				continue
+			}
+			if v != version && !strings.HasPrefix(v, version+" ") {
+				tried = append(tried, fmt.Sprintf("%s: %q, want %q", rustc, v, version))
+				continue
+			}
+		}
+		return tc, nil
 	}
 	return Toolchain{}, fmt.Errorf("%w (apt-get install rustc libstd-rust-dev-wasm32); tried %s",
 		ErrNoToolchain, strings.Join(tried, "; "))

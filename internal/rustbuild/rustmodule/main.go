@@ -20,7 +20,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
 
 	"github.com/wasp-proxy/wasp/host/runtime"
 	"github.com/wasp-proxy/wasp/internal/modbuild"
@@ -46,16 +45,9 @@ func main() {
 }
 
 func build(ctx context.Context, sdk, dir, out string) error {
-	tc, err := rustbuild.Find(ctx)
+	tc, err := rustbuild.FindVersion(ctx, Pinned)
 	if err != nil {
-		return err
-	}
-	v, err := tc.Version(ctx)
-	if err != nil {
-		return err
-	}
-	if v != Pinned && !strings.HasPrefix(v, Pinned+" ") {
-		return fmt.Errorf("%s is %q: the default modules are built with %q (Debian 12's rustc and libstd-rust-dev-wasm32; RUSTC names the rustc to use)", tc.Rustc, v, Pinned)
+		return fmt.Errorf("the default modules are built with %s (Debian 12's rustc and libstd-rust-dev-wasm32; RUSTC names the rustc to use): %w", Pinned, err)
 	}
 	want, err := modbuild.ReadMetadata(dir)
 	if err != nil {
