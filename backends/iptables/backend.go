@@ -113,12 +113,15 @@ type SyncInfo struct {
 // the chains of changed service ports; see the package documentation. It
 // is safe for concurrent use.
 type Backend struct {
-	mu       sync.Mutex
-	cfg      config
-	period   time.Duration
-	k        kernel
-	planner  *planner
-	last     *Ruleset // what is programmed; nil: not known, the next Sync is full
+	mu      sync.Mutex
+	cfg     config
+	period  time.Duration
+	k       kernel
+	planner *planner
+	last    *Ruleset // what is programmed; nil: not known, the next Sync is full
+	// hairpin are the entries of the hairpin set with last, each with
+	// the number of its service ports that want it; nil with last.
+	hairpin  map[HairpinEntry]int
 	lastFull time.Time
 	info     SyncInfo
 	closed   bool
@@ -138,6 +141,7 @@ type stats struct {
 	stale                 int // chains deleted by the last restore
 	skipped               int // syncs with nothing to write, and no restore
 	jumps                 int // jump rules the last full sync found missing and added
+	setAdds, setDels      int // hairpin set entries the last sync added and deleted
 }
 
 // NewWithFake returns a Backend that programs f, an in-memory iptables of
@@ -196,8 +200,10 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 	full := b.last == nil || b.now().Sub(b.lastFull) >= b.period
 
 	var (
-		in    *restoreInput
-		jumps []jump
+		in       *restoreInput
+		jumps    []jump
+		add, del []HairpinEntry
+		hairpin  = b.hairpin
 	)
 	if full {
 		var err error
@@ -205,8 +211,22 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 			b.fail()
 			return err
 		}
+		hairpin = rs.Hairpin()
+		if add, del, err = b.reconcileSet(ctx, hairpin); err != nil {
+			b.fail()
+			return err
+		}
 	} else {
 		in = partialInput(b.last, rs)
+		add, del = hairpinChanges(b.last, rs, hairpin)
+	}
+	// The entries of new endpoints go in before the rules that DNAT to
+	// them, those of endpoints that left once no rule does any more: a
+	// hairpin connection is masqueraded whichever rules it meets.
+	set := hairpinSet(b.cfg.family)
+	if err := b.k.addToSet(ctx, set, add); err != nil {
+		b.fail()
+		return fmt.Errorf("iptables %s: %w", b.cfg.family.String(), err)
 	}
 	written := len(in.nat) + len(in.filter)
 	stale := len(in.staleNAT) + len(in.staleFilter)
@@ -223,11 +243,16 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 	} else {
 		b.stats.skipped++ // the kernel has it all
 	}
+	if err := b.k.delFromSet(ctx, set, del); err != nil {
+		b.fail()
+		return fmt.Errorf("iptables %s: %w", b.cfg.family.String(), err)
+	}
 	if err := b.ensureJumps(ctx, jumps); err != nil {
 		b.fail()
 		return err
 	}
-	b.last = rs
+	b.last, b.hairpin = rs, hairpin
+	b.stats.setAdds, b.stats.setDels = len(add), len(del)
 	if full {
 		b.lastFull = b.now()
 		b.stats.full++
@@ -236,7 +261,7 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 	b.info = SyncInfo{Full: full, Rules: map[string]int{TableFilter: rs.Rules(TableFilter), TableNAT: rs.Rules(TableNAT)},
 		Written: map[string]int{TableFilter: countRules(in.filter), TableNAT: countRules(in.nat)}}
 	log.V(4).Info("Synced iptables", "full", full, "services", len(s.Services), "chainsWritten", written,
-		"staleChains", stale, "bytes", text.Len())
+		"staleChains", stale, "bytes", text.Len(), "hairpinAdded", len(add), "hairpinDeleted", len(del))
 	return nil
 }
 
@@ -250,8 +275,98 @@ func countRules(chains []*Chain) int {
 }
 
 func (b *Backend) fail() {
-	b.last = nil
+	b.last, b.hairpin = nil, nil
 	b.stats.failures++
+}
+
+// reconcileSet creates the hairpin set unless it exists, and returns the
+// entries of want it lacks and those it holds but want does not.
+func (b *Backend) reconcileSet(ctx context.Context, want map[HairpinEntry]int) (add, del []HairpinEntry, err error) {
+	fam, set := b.cfg.family.String(), hairpinSet(b.cfg.family)
+	if err := b.k.ensureSet(ctx, set, b.cfg.family); err != nil {
+		return nil, nil, fmt.Errorf("iptables %s: %w", fam, err)
+	}
+	have, err := b.k.listSet(ctx, set)
+	if err != nil {
+		return nil, nil, fmt.Errorf("iptables %s: %w", fam, err)
+	}
+	held := make(map[HairpinEntry]bool, len(have))
+	for _, e := range have {
+		held[e] = true
+		if want[e] == 0 {
+			del = append(del, e)
+		}
+	}
+	for e := range want {
+		if !held[e] {
+			add = append(add, e)
+		}
+	}
+	sortEntries(add)
+	sortEntries(del)
+	return add, del, nil
+}
+
+// hairpinChanges updates counts, the entries of old's hairpin set with
+// the number of service ports that want each, to rs's, and returns the
+// entries it gained and lost. Like changedChains, it skips unseen the
+// Fragments rs shares with old.
+func hairpinChanges(old, rs *Ruleset, counts map[HairpinEntry]int) (add, del []HairpinEntry) {
+	prev := make(map[string]*Fragment, len(old.Services))
+	for _, f := range old.Services {
+		prev[f.Key] = f
+	}
+	before := map[HairpinEntry]int{} // of the entries touched
+	count := func(es []HairpinEntry, d int) {
+		for _, e := range es {
+			if _, ok := before[e]; !ok {
+				before[e] = counts[e]
+			}
+			counts[e] += d
+		}
+	}
+	for _, f := range rs.Services {
+		o, ok := prev[f.Key]
+		delete(prev, f.Key)
+		if o == f {
+			continue
+		}
+		if ok {
+			count(o.Hairpin, -1)
+		}
+		count(f.Hairpin, 1)
+	}
+	for _, o := range prev { // service ports that left
+		count(o.Hairpin, -1)
+	}
+	for e, was := range before {
+		now := counts[e]
+		if now <= 0 {
+			delete(counts, e)
+		}
+		switch {
+		case was <= 0 && now > 0:
+			add = append(add, e)
+		case was > 0 && now <= 0:
+			del = append(del, e)
+		}
+	}
+	sortEntries(add)
+	sortEntries(del)
+	return add, del
+}
+
+// sortEntries sorts hairpin entries by address, protocol and port.
+func sortEntries(es []HairpinEntry) {
+	slices.SortFunc(es, func(a, b HairpinEntry) int {
+		if c := a.Addr.Compare(b.Addr); c != 0 {
+			return c
+		}
+		if c := strings.Compare(string(a.Protocol), string(b.Protocol)); c != 0 {
+			return c
+		}
+		return int(a.Port) - int(b.Port)
+	})
 }
 
 // prepareFull reads both tables back and returns the restore of a full
@@ -442,16 +557,24 @@ func (b *Backend) CheckDrift(ctx context.Context) (*backends.Drift, error) {
 }
 
 // Cleanup removes the jump rules to wasp's chains and every chain of
-// wasp's (named with Prefix) from the filter and nat tables; what is
-// missing is not an error. A later Sync is a full one.
+// wasp's (named with Prefix) from the filter and nat tables, then the
+// family's hairpin set; what is missing is not an error. A later Sync is
+// a full one.
 func (b *Backend) Cleanup(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return ErrClosed
 	}
-	b.last = nil
-	return cleanup(ctx, b.k, b.cfg.family.String(), TableNAT, TableFilter)
+	b.last, b.hairpin = nil, nil
+	fam := b.cfg.family.String()
+	if err := cleanup(ctx, b.k, fam, TableNAT, TableFilter); err != nil {
+		return err
+	}
+	if err := b.k.destroySet(ctx, hairpinSet(b.cfg.family)); err != nil {
+		return fmt.Errorf("iptables %s: %w", fam, err)
+	}
+	return nil
 }
 
 // cleanup removes the jumps (those of every configuration) and the

@@ -4,16 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/wasp-proxy/wasp/backends"
 )
 
 // Fake is an in-memory iptables of one IP family: its filter and nat
-// tables, their chains and rules. A Backend made with NewWithFake
-// programs it instead of the kernel, so the sync loop and golden tests
-// run without root.
+// tables, their chains and rules, and the hairpin ipsets with their
+// entries. A Backend made with NewWithFake programs it instead of the
+// kernel, so the sync loop and golden tests run without root.
 //
 // It applies iptables-restore input with --noflush semantics: "*table"
 // starts a table's section, which takes effect whole at its "COMMIT" or
@@ -22,18 +26,22 @@ import (
 // built-in chain's line sets its policy); "-A" appends, "-I" inserts,
 // "-D" deletes, "-F" flushes, "-N" creates and "-X" deletes a chain. It
 // refuses what the kernel refuses: a rule of a missing chain, a jump to a
-// chain that does not exist or is built-in, a target of another table
+// chain that does not exist or is built-in, a match of a missing set
+// (and flags other than the hairpin rule's), a target of another table
 // (DNAT and MASQUERADE are nat's, REJECT filter's), a match iptables
 // lacks ("-m"), a chain name over MaxChainName, and "-X" of a built-in
 // chain, of a missing one or of one a rule still jumps to. The error is a
 // *LineError. Rules are kept as their arguments; Save and Dump show the
 // tables in iptables-save's layout, each rule as it was given (the real
-// iptables-save reorders a rule's options and adds their defaults).
+// iptables-save reorders a rule's options and adds their defaults), and
+// SaveSets the sets in ipset-save's. A set a rule matches is not
+// destroyed, as in the kernel.
 //
 // It is safe for concurrent use.
 type Fake struct {
 	mu          sync.Mutex
 	tables      map[string]*fakeTable
+	sets        map[string]*fakeSet
 	failNext    error
 	randomFully bool
 	localnet    bool            // routeLocalnet was called
@@ -46,6 +54,12 @@ var _ kernel = (*Fake)(nil)
 type fakeTable struct {
 	chains map[string]*fakeChain
 	owned  map[string]bool // chains of a working copy it may change in place
+}
+
+// fakeSet is a hash:ip,port,ip ipset.
+type fakeSet struct {
+	family  backends.Family
+	entries map[HairpinEntry]bool
 }
 
 type fakeChain struct {
@@ -68,12 +82,12 @@ var tableTargets = map[string][]string{
 }
 
 // knownMatches are the "-m" matches the Fake accepts.
-var knownMatches = []string{"comment", "tcp", "udp", "sctp", "conntrack", "mark", "addrtype", "statistic", "recent", "nfacct"}
+var knownMatches = []string{"comment", "tcp", "udp", "sctp", "conntrack", "mark", "addrtype", "statistic", "recent", "nfacct", "set"}
 
 // NewFake returns an empty Fake (built-in chains only) whose MASQUERADE
 // takes --random-fully.
 func NewFake() *Fake {
-	f := &Fake{tables: map[string]*fakeTable{}, randomFully: true}
+	f := &Fake{tables: map[string]*fakeTable{}, sets: map[string]*fakeSet{}, randomFully: true}
 	for table, chains := range builtinChains {
 		t := &fakeTable{chains: map[string]*fakeChain{}}
 		for _, c := range chains {
@@ -111,8 +125,35 @@ func (f *Fake) Save(table string) string {
 	return t.save(table)
 }
 
-// Dump returns Save of the filter and the nat table.
-func (f *Fake) Dump() string { return f.Save(TableFilter) + f.Save(TableNAT) }
+// Dump returns Save of the filter and the nat table, then SaveSets.
+func (f *Fake) Dump() string { return f.Save(TableFilter) + f.Save(TableNAT) + f.SaveSets() }
+
+// SaveSets returns the ipsets in ipset-save's format, by name, each
+// set's entries sorted: "create NAME hash:ip,port,ip family inet", then
+// "add NAME 10.244.1.10,tcp:8080,10.244.1.10" lines.
+func (f *Fake) SaveSets() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	names := slices.Sorted(maps.Keys(f.sets))
+	var b strings.Builder
+	for _, n := range names {
+		set := f.sets[n]
+		fam := "inet"
+		if set.family == backends.IPv6 {
+			fam = "inet6"
+		}
+		b.WriteString("create " + n + " " + setType + " family " + fam + "\n")
+		entries := make([]string, 0, len(set.entries))
+		for e := range set.entries {
+			entries = append(entries, e.String())
+		}
+		slices.Sort(entries)
+		for _, e := range entries {
+			b.WriteString("add " + n + " " + e + "\n")
+		}
+	}
+	return b.String()
+}
 
 func (t *fakeTable) order(table string) []string {
 	names := slices.Clone(builtinChains[table])
@@ -255,7 +296,7 @@ func (f *Fake) restore(ctx context.Context, input []byte) error {
 			if err != nil {
 				return fail(err)
 			}
-			if err := work.command(table, args, f.missing); err != nil {
+			if err := work.command(table, args, f); err != nil {
 				return fail(err)
 			}
 		}
@@ -305,7 +346,7 @@ func (t *fakeTable) newChain(name string) error {
 }
 
 // command applies one "-A", "-I", "-D", "-F", "-N" or "-X" line.
-func (t *fakeTable) command(table string, args []string, missing map[string]bool) error {
+func (t *fakeTable) command(table string, args []string, f *Fake) error {
 	if len(args) < 2 {
 		return fmt.Errorf("bad command %q", strings.Join(args, " "))
 	}
@@ -340,7 +381,7 @@ func (t *fakeTable) command(table string, args []string, missing map[string]bool
 				return errors.New("-I with a rule number: not supported by the fake")
 			}
 		}
-		if err := t.checkRule(table, rule, missing); err != nil {
+		if err := t.checkRule(table, rule, f); err != nil {
 			return fmt.Errorf("chain %s: %w", name, err)
 		}
 		r := slices.Clone(rule)
@@ -362,12 +403,19 @@ func (t *fakeTable) command(table string, args []string, missing map[string]bool
 }
 
 // checkRule checks a rule's matches and target.
-func (t *fakeTable) checkRule(table string, rule []string, missing map[string]bool) error {
+func (t *fakeTable) checkRule(table string, rule []string, f *Fake) error {
 	for i := 0; i < len(rule); i++ {
 		switch rule[i] {
 		case "-m", "--match":
-			if i+1 >= len(rule) || !slices.Contains(knownMatches, rule[i+1]) || missing[rule[i+1]] {
+			if i+1 >= len(rule) || !slices.Contains(knownMatches, rule[i+1]) || f.missing[rule[i+1]] {
 				return fmt.Errorf("couldn't load match %q: no such file or directory", at(rule, i+1))
+			}
+		case "--match-set":
+			if f.sets[at(rule, i+1)] == nil {
+				return fmt.Errorf("set %s doesn't exist", at(rule, i+1))
+			}
+			if at(rule, i+2) != "dst,dst,src" {
+				return fmt.Errorf("set %s: flags %q, the fake knows dst,dst,src", at(rule, i+1), at(rule, i+2))
 			}
 		case "-j", "-g":
 			target := at(rule, i+1)
@@ -443,7 +491,7 @@ func (f *Fake) ensureRule(ctx context.Context, table, chain string, args ...stri
 	if slices.ContainsFunc(c.rules, func(r []string) bool { return slices.Equal(r, args) }) {
 		return true, nil
 	}
-	if err := t.checkRule(table, args, f.missing); err != nil {
+	if err := t.checkRule(table, args, f); err != nil {
 		return false, err
 	}
 	c.rules = slices.Insert(c.rules, 0, slices.Clone(args))
@@ -496,4 +544,109 @@ func (f *Fake) lastRestore() string {
 		return ""
 	}
 	return f.restores[len(f.restores)-1]
+}
+
+// The hairpin sets. Like the kernel, the Fake refuses a rule that matches
+// a missing set, and the destruction of a set a rule matches.
+
+// maxSetName is the longest ipset name (IPSET_MAXNAMELEN, 32 with the
+// terminating zero).
+const maxSetName = 31
+
+func (f *Fake) ensureSet(ctx context.Context, name string, family backends.Family) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(name) > maxSetName || name == "" {
+		return fmt.Errorf("create ipset %q: invalid name", name)
+	}
+	if s := f.sets[name]; s != nil {
+		if s.family != family {
+			return fmt.Errorf("create ipset %s: it exists with family %s", name, s.family.String())
+		}
+		return nil
+	}
+	f.sets[name] = &fakeSet{family: family, entries: map[HairpinEntry]bool{}}
+	return nil
+}
+
+// set returns set name, or an error wrapping fs.ErrNotExist (as the
+// kernel's ENOENT does).
+func (f *Fake) set(name string) (*fakeSet, error) {
+	s := f.sets[name]
+	if s == nil {
+		return nil, fmt.Errorf("ipset %s: %w", name, fs.ErrNotExist)
+	}
+	return s, nil
+}
+
+func (f *Fake) listSet(ctx context.Context, name string) ([]HairpinEntry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, err := f.set(name)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Collect(maps.Keys(s.entries)), nil
+}
+
+func (f *Fake) addToSet(ctx context.Context, name string, entries []HairpinEntry) error {
+	return f.changeSet(name, entries, true)
+}
+
+func (f *Fake) delFromSet(ctx context.Context, name string, entries []HairpinEntry) error {
+	return f.changeSet(name, entries, false)
+}
+
+// changeSet adds entries to set name, or deletes them.
+func (f *Fake) changeSet(name string, entries []HairpinEntry, add bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, err := f.set(name)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		switch {
+		case !add:
+			delete(s.entries, e)
+		case e.Addr.Is4() != (s.family == backends.IPv4) || !e.Protocol.Valid():
+			return fmt.Errorf("add to ipset %s entry %s: invalid for the set", name, e)
+		default:
+			s.entries[e] = true
+		}
+	}
+	return nil
+}
+
+func (f *Fake) destroySet(ctx context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sets[name] == nil {
+		return nil
+	}
+	for table, t := range f.tables {
+		for chain, c := range t.chains {
+			for _, r := range c.rules {
+				if i := slices.Index(r, "--match-set"); i >= 0 && at(r, i+1) == name {
+					return fmt.Errorf("destroy ipset %s: a rule of %s %s still uses it", name, table, chain)
+				}
+			}
+		}
+	}
+	delete(f.sets, name)
+	return nil
+}
+
+// setEntries returns the entries of set name, as ipset writes them.
+func (f *Fake) setEntries(name string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	if s := f.sets[name]; s != nil {
+		for e := range s.entries {
+			out = append(out, e.String())
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -2,6 +2,8 @@ package iptables
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"slices"
 	"strings"
 	"testing"
@@ -41,8 +43,9 @@ func harness(v xtables.Variant) backendtest.Harness {
 
 // canonicalDump renders what of wasp's k holds, read back with save:
 // per table, the chains of wasp's by name, each with its rules in order,
-// and the rules of the built-in chains that jump to them. "" when there is
-// nothing of wasp's.
+// and the rules of the built-in chains that jump to them; then the
+// entries of the hairpin sets that exist. "" when there is nothing of
+// wasp's.
 func canonicalDump(t *testing.T, k kernel) string {
 	t.Helper()
 	var out strings.Builder
@@ -85,6 +88,21 @@ func canonicalDump(t *testing.T, k kernel) string {
 				out.WriteString(r + "\n")
 			}
 		}
+	}
+	for _, set := range []string{SetHairpin4, SetHairpin6} {
+		entries, err := k.listSet(context.Background(), set)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("list ipset %s: %v", set, err)
+		}
+		lines := make([]string, 0, len(entries))
+		for _, e := range entries {
+			lines = append(lines, "add "+set+" "+e.String()+"\n")
+		}
+		slices.Sort(lines)
+		out.WriteString("ipset " + set + "\n" + strings.Join(lines, ""))
 	}
 	return out.String()
 }

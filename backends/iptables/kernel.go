@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/wasp-proxy/wasp/backends"
 )
 
 // kernel is the seam between the Backend and what it programs: the
@@ -29,6 +31,20 @@ type kernel interface {
 	routeLocalnet(ctx context.Context) error
 	// close releases the kernel's resources.
 	close() error
+
+	// ensureSet creates the hash:ip,port,ip ipset name of family unless
+	// it exists.
+	ensureSet(ctx context.Context, name string, family backends.Family) error
+	// listSet returns the entries of ipset name.
+	listSet(ctx context.Context, name string) ([]HairpinEntry, error)
+	// addToSet adds entries to ipset name; one it holds is not an error.
+	addToSet(ctx context.Context, name string, entries []HairpinEntry) error
+	// delFromSet deletes entries from ipset name; one it lacks is not an
+	// error.
+	delFromSet(ctx context.Context, name string, entries []HairpinEntry) error
+	// destroySet destroys ipset name; a missing set, or no ipset support
+	// at all, is not an error, a set a rule still uses is.
+	destroySet(ctx context.Context, name string) error
 }
 
 // LineError is a restore failure the kernel or iptables-restore pinned

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 // xtKernel programs the node through the binaries of one iptables
 // variant and family.
 type xtKernel struct {
+	netnsSets
 	r     *xtables.Runner
 	netns string
 }
@@ -88,11 +90,12 @@ func New(ctx context.Context, o Opts) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("iptables %s: %w", o.Family.String(), err)
 	}
-	return newBackend(o, &xtKernel{r: r, netns: o.NetNS})
+	return newBackend(o, &xtKernel{netnsSets: netnsSets{o.NetNS}, r: r, netns: o.NetNS})
 }
 
 // CleanupLeftovers removes the chains of wasp's and the jumps to them
-// from the filter and nat tables of both variants and both families, in
+// from the filter and nat tables of both variants and both families, then
+// the hairpin sets (SetHairpin4, SetHairpin6), in
 // the network namespace at netns ("" for the current one), whatever
 // options a previous process ran with. A variant whose binaries are
 // missing is skipped, and so is a legacy table that is not loaded (it has
@@ -118,9 +121,15 @@ func CleanupLeftovers(ctx context.Context, netns string) error {
 				}
 			}
 			what := string(v) + " " + family.String()
-			if err := cleanup(ctx, &xtKernel{r: r, netns: netns}, what, tables...); err != nil {
+			if err := cleanup(ctx, &xtKernel{netnsSets: netnsSets{netns}, r: r, netns: netns}, what, tables...); err != nil {
 				errs = append(errs, err)
 			}
+		}
+	}
+	// The sets go once no rule of either variant uses them.
+	for _, set := range []string{SetHairpin4, SetHairpin6} {
+		if err := (netnsSets{netns}).destroySet(ctx, set); err != nil {
+			errs = append(errs, fmt.Errorf("iptables: %w", err))
 		}
 	}
 	return errors.Join(errs...)
@@ -157,10 +166,11 @@ func legacyTables(netns string, family backends.Family) ([]string, error) {
 
 // Probe checks that the iptables backend can run in the network
 // namespace at netns: the binaries of a variant are installed, the
-// variant the node uses is detected, and the nat table of at least one
+// variant the node uses is detected, the nat table of at least one
 // family can be read (a node may lack IPv6 nat; the Backend of a family
-// without it fails its first Sync with the binary's message). The error
-// says what is missing.
+// without it fails its first Sync with the binary's message), and a
+// hash:ip,port,ip ipset can be made and matched in a rule of that table
+// (the hairpin set; probeSets). The error says what is missing.
 func Probe(ctx context.Context, netns string) error {
 	v, _, err := xtables.Detect(ctx, netns)
 	if err != nil {
@@ -176,7 +186,48 @@ func Probe(ctx context.Context, netns string) error {
 			errs = append(errs, fmt.Errorf("iptables %s %s: the nat table is not usable: %w", v, family.String(), err))
 			continue
 		}
+		if err := probeSets(ctx, r, netns, family); err != nil {
+			return fmt.Errorf("iptables %s %s: the hairpin ipset is not usable (are the ip_set, ip_set_hash_ipportip and xt_set kernel modules available?): %w",
+				v, family.String(), err)
+		}
 		return nil
 	}
 	return errors.Join(errs...)
+}
+
+// The objects probeSets makes, and removes.
+const (
+	probeSet   = Prefix + "PROBE-HAIRPIN"
+	probeChain = Prefix + "PROBE-HAIRPIN"
+)
+
+// probeSets makes a set of the hairpin sets' type, an entry in it, and a
+// nat rule that matches it as ChainPostrouting does, then removes them.
+func probeSets(ctx context.Context, r *xtables.Runner, netns string, family backends.Family) (err error) {
+	sets := netnsSets{netns}
+	if err := sets.ensureSet(ctx, probeSet, family); err != nil {
+		return err
+	}
+	defer func() {
+		if derr := sets.destroySet(ctx, probeSet); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	a := netip.MustParseAddr("192.0.2.1")
+	if family == backends.IPv6 {
+		a = netip.MustParseAddr("2001:db8::1")
+	}
+	if err := sets.addToSet(ctx, probeSet, []HairpinEntry{{Addr: a, Protocol: backends.TCP, Port: 80}}); err != nil {
+		return err
+	}
+	rule := "*nat\n:" + probeChain + " - [0:0]\n-A " + probeChain + " -m set --match-set " + probeSet + " dst,dst,src -j RETURN\nCOMMIT\n"
+	ruleErr := r.Restore(ctx, []byte(rule))
+	// The declaration makes the chain if the rule's section failed.
+	if err := r.Restore(ctx, []byte("*nat\n:"+probeChain+" - [0:0]\n-X "+probeChain+"\nCOMMIT\n")); err != nil && ruleErr == nil {
+		return fmt.Errorf("delete chain %s: %w", probeChain, err)
+	}
+	if ruleErr != nil {
+		return fmt.Errorf("a rule matching ipset %s: %w", probeSet, ruleErr)
+	}
+	return nil
 }

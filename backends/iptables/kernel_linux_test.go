@@ -5,6 +5,7 @@ package iptables
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"net/netip"
 	"slices"
 	"strings"
@@ -182,27 +183,52 @@ func ours(names []string) []string {
 	return out
 }
 
-// TestKernelHairpin: a pod reaching itself through its service is
-// masqueraded (else its answer would go to itself, not back through the
-// node), so it answers; so does the pod's neighbour. The pod's bridge
-// port needs hairpin mode, as kubelet's hairpin-veth sets it: with
-// bridge-nf-call-iptables, the DNATed packet is bridged back out of the
-// port it came in by.
+// TestKernelHairpin: a pod reaching itself through its service, over
+// IPv4 and IPv6, TCP and UDP, lands on itself and is masqueraded by the
+// hairpin set's rule (else its answer would go to itself, not back
+// through the node); its neighbour lands on it too, not masqueraded. The
+// pod's bridge port needs hairpin mode, as kubelet's hairpin-veth sets
+// it: with bridge-nf-call-iptables, the DNATed packet is bridged back out
+// of the port it came in by.
 func TestKernelHairpin(t *testing.T) {
 	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
-		a1 := c.Pod("a1")
+		a1, a2 := c.Pod("a1"), c.Pod("a2")
 		if out, err := c.Nodes[0].NS.Command(context.Background(), "ip", "link", "set", "vp1", "type", "bridge_slave", "hairpin", "on").CombinedOutput(); err != nil {
 			t.Fatalf("hairpin mode on a1's port: %v: %s", err, out)
 		}
-		b := nodeBackend(t, c.Nodes[0], v, backends.IPv4)
-		web := svc("web", "10.96.0.10", func(s *backends.Service) { s.Cluster = []backends.Endpoint{podEP(a1, backends.IPv4, 1)} })
-		syncOK(t, b, clusterState(c, web, backendtest.UDPTwin(web)))
-		for _, from := range []*netlab.Pod{a1, c.Pod("a2")} {
-			for _, network := range []string{"tcp", "udp"} {
-				if got := counts(t, from.NS, network, cip10, 3); got["a1"] != 3 {
-					t.Errorf("%s from %s: answers %v, want a1", network, from.Name, got)
+		for _, family := range []backends.Family{backends.IPv4, backends.IPv6} {
+			t.Run(family.String(), func(t *testing.T) {
+				b := nodeBackend(t, c.Nodes[0], v, family)
+				cip := backendtest.ClusterIP(family, 10)
+				web := svc("web", cip.String(), func(s *backends.Service) { s.Cluster = []backends.Endpoint{podEP(a1, family, 1)} })
+				syncOK(t, b, backendtest.State(family, web, backendtest.UDPTwin(web)))
+				entries, err := b.k.listSet(context.Background(), hairpinSet(family))
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
+				ep := podEP(a1, family, 1)
+				if want := []HairpinEntry{{ep.Addr, backends.TCP, ep.Port}, {ep.Addr, backends.UDP, ep.Port}}; len(entries) != 2 ||
+					!slices.Contains(entries, want[0]) || !slices.Contains(entries, want[1]) {
+					t.Fatalf("hairpin set %v, want %v", entries, want)
+				}
+				to := netip.AddrPortFrom(cip, 80)
+				for _, from := range []*netlab.Pod{a1, a2} {
+					own := podEP(from, family, 1).Addr
+					for _, network := range []string{"tcp", "udp"} {
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						id, peer, err := from.NS.AskPeer(ctx, network, to.String())
+						cancel()
+						switch {
+						case err != nil || id != "a1":
+							t.Errorf("%s from %s: answer %q, %v; want a1", network, from.Name, id, err)
+						case from == a1 && peer.Addr() == own:
+							t.Errorf("%s from a1 to itself: seen from its own address %s, want masqueraded", network, peer)
+						case from != a1 && peer.Addr() != own:
+							t.Errorf("%s from %s: seen from %s, want its own address %s", network, from.Name, peer, own)
+						}
+					}
+				}
+			})
 		}
 	})
 }
@@ -390,10 +416,50 @@ func TestKernelRestart(t *testing.T) {
 	})
 }
 
+// TestKernelUpgradeFromEndpointChains: on a node whose nat table holds a
+// service in the layout of wasp's earlier versions (one chain per
+// endpoint), the first Sync deletes the endpoint chains, and the service
+// answers from both endpoints.
+func TestKernelUpgradeFromEndpointChains(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		a1, b1 := c.Pod("a1"), c.Pod("b1")
+		web := svc("web", "10.96.0.10", func(s *backends.Service) {
+			s.Cluster = []backends.Endpoint{podEP(a1, backends.IPv4, 1), podEP(b1, backends.IPv4, 1)}
+		})
+		s := clusterState(c, web)
+		r, err := xtables.New(v, backends.IPv4, c.Nodes[0].NS.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, seps := endpointChainsLayout(s)
+		if err := r.Restore(context.Background(), []byte(in)); err != nil {
+			t.Fatal(err)
+		}
+		if got := ours(savedChains(t, c.Nodes[0], v, TableNAT)); !slices.Contains(got, seps[0]) {
+			t.Fatalf("the earlier layout was not programmed: %v", got)
+		}
+		syncOK(t, nodeBackend(t, c.Nodes[0], v, backends.IPv4), s)
+		for _, name := range ours(savedChains(t, c.Nodes[0], v, TableNAT)) {
+			if strings.HasPrefix(name, prefixSEP) {
+				t.Errorf("endpoint chain %s left after the first sync", name)
+			}
+		}
+		if got := counts(t, c.Client.NS, "tcp", cip10, 20); got["a1"] == 0 || got["b1"] == 0 {
+			t.Errorf("answers %v, want both a1 and b1", got)
+		}
+	})
+}
+
 func TestKernelProbe(t *testing.T) {
 	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
 		if err := Probe(context.Background(), c.Nodes[0].NS.Path()); err != nil {
 			t.Fatal(err)
+		}
+		if left := ours(savedChains(t, c.Nodes[0], v, TableNAT)); len(left) != 0 {
+			t.Errorf("the probe left chains %v", left)
+		}
+		if _, err := (netnsSets{c.Nodes[0].NS.Path()}).listSet(context.Background(), probeSet); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the probe's set: %v, want it gone", err)
 		}
 	})
 }

@@ -67,15 +67,43 @@ const (
 )
 
 // Prefixes of the per-service-port chains of the nat table, followed by
-// 16 characters of a hash (hash16); only chains with these prefixes are
-// ever found stale and deleted.
+// 16 characters of a hash (hash16).
 const (
 	prefixSVC = Prefix + "SVC-" // the Cluster endpoints
 	prefixSVL = Prefix + "SVL-" // the Local endpoints
 	prefixEXT = Prefix + "EXT-" // external traffic
 	prefixFW  = Prefix + "FW-"  // load-balancer source ranges
-	prefixSEP = Prefix + "SEP-" // one endpoint
+	// prefixSEP names one endpoint of a service port: its client
+	// affinity list (xt_recent's --name, at most 200 bytes), the name
+	// upstream gives the endpoint's chain. wasp made such chains before
+	// it wrote DNAT rules in the policy chains; a full sync deletes
+	// those, as every chain of wasp's its plan lacks.
+	prefixSEP = Prefix + "SEP-"
 )
+
+// The ipsets of hairpin traffic, one per family, of type
+// hash:ip,port,ip: an entry (endpoint address, protocol:port, endpoint
+// address) for every endpoint, matched "dst,dst,src" in
+// ChainPostrouting, masquerades a connection DNATed to the endpoint
+// that opened it, as upstream's ipvs mode's KUBE-LOOP-BACK set. Names
+// are at most 31 bytes (IPSET_MAXNAMELEN, 32 with the terminating zero).
+const (
+	SetHairpin4 = Prefix + "HAIRPIN"
+	SetHairpin6 = Prefix + "HAIRPIN6"
+	// setType is the ipset type of the hairpin sets.
+	setType = "hash:ip,port,ip"
+	// setMaxElements is the most entries a hairpin set takes (ipset's
+	// default of 65536 is less than the endpoints of a large cluster).
+	setMaxElements = 1 << 20
+)
+
+// hairpinSet returns the name of family's hairpin set.
+func hairpinSet(family backends.Family) string {
+	if family == backends.IPv6 {
+		return SetHairpin6
+	}
+	return SetHairpin4
+}
 
 // MaxChainName is the longest chain name iptables accepts (its
 // XT_EXTENSION_MAXNAMELEN of 29 bytes, with the terminating zero).
@@ -116,13 +144,15 @@ func newServiceChains(s *backends.Service) serviceChains {
 	return serviceChains{svc: prefixSVC + h, svl: prefixSVL + h, ext: prefixEXT + h, fw: prefixFW + h, base: base}
 }
 
-// sepChain is the name of the chain of endpoint ep of the service port
-// whose hash input is base: "ip:port", "[ip]:port" for IPv6.
-func sepChain(base string, ep *backends.Endpoint) string {
+// endpointName is the name of endpoint ep of the service port whose hash
+// input is base ("ip:port", "[ip]:port" for IPv6, appended): the name of
+// its affinity list, upstream's name of its chain.
+func endpointName(base string, ep *backends.Endpoint) string {
 	return prefixSEP + hash16(base+netip.AddrPortFrom(ep.Addr, ep.Port).String())
 }
 
-// isServiceChain reports whether name is a per-service-port chain.
+// isServiceChain reports whether name is a per-service-port chain (or an
+// endpoint chain of the earlier layout).
 func isServiceChain(name string) bool {
 	for _, p := range []string{prefixSVC, prefixSVL, prefixEXT, prefixFW, prefixSEP} {
 		if strings.HasPrefix(name, p) {

@@ -27,14 +27,50 @@ type Chain struct {
 }
 
 // Fragment is what one service port adds to a Ruleset: its own chains in
-// the nat table (SVC, SVL, EXT, FW, then one SEP per endpoint), and its
-// rules in the fixed chains, which are written in full by every restore.
+// the nat table (SVC, SVL, EXT, FW), its rules in the fixed chains, which
+// are written in full by every restore, and the entries of its endpoints
+// in the hairpin set.
 type Fragment struct {
 	Key    string
 	Chains []*Chain
+	// Hairpin are the entries of the service port's endpoints (Cluster
+	// and Local, each once) in the hairpin set (SetHairpin4,
+	// SetHairpin6).
+	Hairpin []HairpinEntry
 
 	natServices, natNodePorts                                       []string
 	filterServices, filterExternal, filterNodePorts, filterFirewall []string
+}
+
+// HairpinEntry is an entry of a hairpin set: an endpoint, whose address
+// is both the first and the last part of the hash:ip,port,ip entry
+// ("10.244.1.10,tcp:8080,10.244.1.10").
+type HairpinEntry struct {
+	Addr     netip.Addr
+	Protocol backends.Protocol
+	Port     uint16
+}
+
+// String is the entry as ipset(8) writes it.
+func (e HairpinEntry) String() string {
+	a := e.Addr.String()
+	return a + "," + e.Protocol.Lower() + ":" + strconv.Itoa(int(e.Port)) + "," + a
+}
+
+// Hairpin returns the entries of the hairpin set, with the number of
+// service ports that want each.
+func (rs *Ruleset) Hairpin() map[HairpinEntry]int {
+	n := 0
+	for _, f := range rs.Services {
+		n += len(f.Hairpin)
+	}
+	out := make(map[HairpinEntry]int, n)
+	for _, f := range rs.Services {
+		for _, e := range f.Hairpin {
+			out[e]++
+		}
+	}
+	return out
 }
 
 // Ruleset is the plan of the filter and nat tables: the fixed chains in
@@ -113,7 +149,7 @@ type stateWide struct {
 	podCIDRs []netip.Prefix      // local-traffic detection; empty: none
 	nodeIPs  []netip.Addr        // for the firewall's node exception
 	// large: more than LargeClusterEndpoints endpoints in all, so the
-	// rules to and of endpoint chains carry no comment.
+	// DNAT rules of the policy chains carry no comment.
 	large bool
 }
 
@@ -122,9 +158,9 @@ func (w *stateWide) equal(o *stateWide) bool {
 }
 
 // LargeClusterEndpoints is the number of endpoints (of every service
-// port's Cluster and Local sets) above which the rules that jump to an
-// endpoint's chain, and the rules of that chain, carry no comment, as
-// upstream's large-cluster mode: about 40% less restore input.
+// port's Cluster and Local sets) above which the DNAT rules of the
+// policy chains carry no comment, as upstream's large-cluster mode does
+// for the rules to and of its endpoint chains.
 const LargeClusterEndpoints = 1000
 
 func largeCluster(s *backends.State) bool {
@@ -290,7 +326,7 @@ func (p *planner) service(w *stateWide, s *backends.Service) *Fragment {
 		if chain == internalChain && in.Verdict == backends.Forward {
 			c.Rules = append(c.Rules, p.internalMasq(w, name, cipMatch)...)
 		}
-		c.Rules = append(c.Rules, endpointRules(n.base, name, w.large, s.AffinityTimeout, eps)...)
+		c.Rules = append(c.Rules, endpointRules(n.base, name, l4, w.large, s.AffinityTimeout, eps)...)
 		return c
 	}
 	if usesSVC {
@@ -336,29 +372,15 @@ func (p *planner) service(w *stateWide, s *backends.Service) *Fragment {
 		f.Chains = append(f.Chains, c)
 	}
 
-	// One chain per endpoint of either set.
+	// Hairpin traffic, one entry per endpoint of either set.
 	seen := map[netip.AddrPort]bool{}
 	for _, set := range [][]backends.Endpoint{s.Cluster, s.Local} {
 		for i := range set {
-			e := &set[i]
-			ap := netip.AddrPortFrom(e.Addr, e.Port)
-			if seen[ap] {
-				continue
+			ap := netip.AddrPortFrom(set[i].Addr, set[i].Port)
+			if !seen[ap] {
+				seen[ap] = true
+				f.Hairpin = append(f.Hairpin, HairpinEntry{Addr: ap.Addr(), Protocol: s.Protocol, Port: ap.Port()})
 			}
-			seen[ap] = true
-			sep := sepChain(n.base, e)
-			cmt := comment(name)
-			if w.large {
-				cmt = ""
-			}
-			recent := ""
-			if s.AffinityTimeout > 0 {
-				recent = "-m recent --name " + sep + " --set"
-			}
-			f.Chains = append(f.Chains, &Chain{Name: sep, Rules: []string{
-				join(cmt, "-s", hostPrefix(e.Addr), "-j", ChainMarkMasq),
-				join(cmt, recent, l4, "-j", targetDNAT, "--to-destination", ap.String()),
-			}})
 		}
 	}
 	return f
@@ -380,32 +402,47 @@ func (p *planner) internalMasq(w *stateWide, name, cipMatch string) []string {
 	return nil
 }
 
-// endpointRules are a policy chain's jumps to its endpoints' chains:
-// with affinity, first one per endpoint for the clients it saw within
-// timeout seconds; then the weighted choice (probabilities). Without
-// comments when large.
-func endpointRules(base, name string, large bool, timeout uint32, eps []backends.Endpoint) []string {
-	out := make([]string, 0, 2*len(eps))
+// endpointRules are a policy chain's DNAT rules to its endpoints (l4,
+// the protocol match, lets DNAT take a port): with affinity, first one
+// per endpoint for the clients its affinity list saw within timeout
+// seconds, which refreshes their entry; then the weighted choice
+// (Probabilities), which, with affinity, adds the client to the list of
+// the endpoint it chose. Matches are evaluated in order, so "--set"
+// records only the connections the statistic match before it took.
+// Without comments when large.
+func endpointRules(base, name, l4 string, large bool, timeout uint32, eps []backends.Endpoint) []string {
+	n := len(eps)
+	if timeout > 0 {
+		n *= 2
+	}
+	out := make([]string, 0, n)
 	cmt := func(e *backends.Endpoint) string {
 		if large {
 			return ""
 		}
 		return comment(name + " -> " + netip.AddrPortFrom(e.Addr, e.Port).String())
 	}
+	dnat := func(e *backends.Endpoint) string {
+		return "-j " + targetDNAT + " --to-destination " + netip.AddrPortFrom(e.Addr, e.Port).String()
+	}
 	if timeout > 0 {
 		secs := strconv.FormatUint(uint64(timeout), 10)
 		for i := range eps {
-			sep := sepChain(base, &eps[i])
-			out = append(out, join(cmt(&eps[i]), "-m recent --name", sep, "--rcheck --seconds", secs, "--reap -j", sep))
+			list := endpointName(base, &eps[i])
+			out = append(out, join(cmt(&eps[i]), l4, "-m recent --name", list, "--rcheck --seconds", secs, "--reap",
+				"-m recent --name", list, "--set", dnat(&eps[i])))
 		}
 	}
 	probs := Probabilities(eps)
 	for i := range eps {
-		stat := ""
+		stat, set := "", ""
 		if i < len(probs) {
 			stat = "-m statistic --mode random --probability " + probs[i]
 		}
-		out = append(out, join(cmt(&eps[i]), stat, "-j", sepChain(base, &eps[i])))
+		if timeout > 0 {
+			set = "-m recent --name " + endpointName(base, &eps[i]) + " --set"
+		}
+		out = append(out, join(cmt(&eps[i]), l4, stat, set, dnat(&eps[i])))
 	}
 	return out
 }
@@ -435,6 +472,7 @@ func Probabilities(eps []backends.Endpoint) []string {
 const (
 	commentNodePortsTail = "wasp service nodeports; NOTE: this must be the last rule in this chain"
 	commentMasquerade    = "wasp service traffic requiring SNAT"
+	commentHairpin       = "wasp hairpin traffic: an endpoint reaching itself"
 )
 
 // loopback4 and loopback6 are the loopback ranges.
@@ -512,8 +550,10 @@ func (p *planner) fixed(s *backends.State, w *stateWide, rs *Ruleset) {
 		}
 	}
 	masq := join(comment(commentMasquerade), "-j", targetMasquerade)
+	hairpin := join(comment(commentHairpin), "-m set --match-set", hairpinSet(p.cfg.family), "dst,dst,src -j", targetMasquerade)
 	if p.cfg.randomFully {
 		masq += " --random-fully"
+		hairpin += " --random-fully"
 	}
 	offCluster := &Chain{Name: ChainMasqOffCluster}
 	if w.masq == backends.MasqueradeOffCluster && len(w.podCIDRs) > 1 {
@@ -526,6 +566,7 @@ func (p *planner) fixed(s *backends.State, w *stateWide, rs *Ruleset) {
 		svcs,
 		gather(ChainNodePorts, func(f *Fragment) []string { return f.natNodePorts }),
 		{Name: ChainPostrouting, Rules: []string{
+			hairpin,
 			join("-m mark ! --mark", mark+"/"+mark, "-j", targetReturn),
 			join("-j", targetMark, "--xor-mark", mark),
 			masq,

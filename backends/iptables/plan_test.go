@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,10 +23,10 @@ func TestChainNameVectors(t *testing.T) {
 		name, got, want string
 	}{
 		{"svc1 cluster", newServiceChains(ptr(p80("ns1", "svc1"))).svc, "KUBE-SVC-XPGD46QRK7WJZT7O"},
-		{"svc1 endpoint", sepChain(newServiceChains(ptr(p80("ns1", "svc1"))).base, ptr(ep4("10.180.0.1", 80))), "KUBE-SEP-SXIVWICOYRO3J4NJ"},
+		{"svc1 endpoint", endpointName(newServiceChains(ptr(p80("ns1", "svc1"))).base, ptr(ep4("10.180.0.1", 80))), "KUBE-SEP-SXIVWICOYRO3J4NJ"},
 		{"svc2 hash", newServiceChains(ptr(p80("ns2", "svc2"))).ext, "KUBE-EXT-GNZBNJ2PO5MGZ6GT"},
 		{"svc5 hash", newServiceChains(ptr(p80("ns5", "svc5"))).fw, "KUBE-FW-NUKIZ6OKUXPJNT4C"},
-		{"svc4 endpoint", sepChain(newServiceChains(ptr(p80("ns4", "svc4"))).base, ptr(ep4("10.180.0.4", 80))), "KUBE-SEP-UKSFD7AGPMPPLUHC"},
+		{"svc4 endpoint", endpointName(newServiceChains(ptr(p80("ns4", "svc4"))).base, ptr(ep4("10.180.0.4", 80))), "KUBE-SEP-UKSFD7AGPMPPLUHC"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -139,10 +140,22 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, tt.file, rs.Restore())
+			// The restore, then the hairpin set the first Sync made.
+			golden(t, tt.file, rs.Restore()+f.SaveSets())
+			var wantSet []string
+			for e := range rs.Hairpin() {
+				wantSet = append(wantSet, e.String())
+			}
+			slices.Sort(wantSet)
+			if got := f.setEntries(hairpinSet(tt.opts.Family)); !slices.Equal(got, wantSet) || len(got) == 0 {
+				t.Errorf("hairpin set after the first sync %v, want the plan's %v", got, wantSet)
+			}
 			// The first Sync programs the plan's chains (it skips those
 			// the jump rules made, empty, and that the plan has empty).
 			planned := NewFake()
+			if err := planned.ensureSet(context.Background(), hairpinSet(tt.opts.Family), tt.opts.Family); err != nil {
+				t.Fatal(err)
+			}
 			if err := planned.restore(context.Background(), []byte(rs.Restore())); err != nil {
 				t.Fatal(err)
 			}
@@ -233,16 +246,15 @@ func TestMasqueradeOffCluster(t *testing.T) {
 	}
 }
 
-// TestLargeCluster: above LargeClusterEndpoints endpoints, the rules to
-// and of endpoint chains carry no comment; the others keep theirs.
+// TestLargeCluster: above LargeClusterEndpoints endpoints, the DNAT
+// rules of the policy chains carry no comment; the others keep theirs.
 func TestLargeCluster(t *testing.T) {
 	for _, tt := range []struct {
 		services int
 		large    bool
 	}{{100, false}, {101, true}} {
 		in := mustPlan(t, Opts{Family: backends.IPv4}, largeState(tt.services, 10)).Restore()
-		sepComments := strings.Contains(in, `-m comment --comment "bench/svc-00000:http" -s`) ||
-			strings.Contains(in, `-m comment --comment "bench/svc-00000:http -> `)
+		sepComments := strings.Contains(in, `-m comment --comment "bench/svc-00000:http -> `)
 		if sepComments == tt.large || !strings.Contains(in, `--comment "bench/svc-00000:http cluster IP"`) {
 			t.Errorf("%d services: endpoint comments %v, want %v", tt.services, sepComments, !tt.large)
 		}

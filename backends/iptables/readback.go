@@ -19,7 +19,9 @@ import (
 // icmp-port-unreachable"), spells MARK's "--or-mark M" as "--set-xmark
 // M/M", and rounds probabilities to the kernel's 31 bits. canonRule maps
 // both spellings of a rule to one string: its options as sorted
-// "name=value" items, with those differences undone. It knows the
+// "name=value" items, with those differences undone, and the order of
+// its statistic, recent and set matches, the matches whose order
+// changes what the rule does. It knows the
 // options wasp writes; a rule with any other cannot be compared, and its
 // chain is written again.
 
@@ -27,6 +29,10 @@ import (
 // when the rule has an option canonRule does not know.
 func canonRule(args []string) (string, bool) {
 	items := make([]string, 0, len(args)/2)
+	// The order of the matches with an effect (recent --set) or a chance
+	// (statistic), which sorting loses: "-m statistic ... -m recent
+	// --set" records only the connections the statistic match took.
+	var order []string
 	neg := ""
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -50,12 +56,22 @@ func canonRule(args []string) (string, bool) {
 				return "", false
 			}
 			item = a + "=" + p.String()
+		case "--match-set":
+			name, ok := val()
+			flags, ok2 := val()
+			if !ok || !ok2 {
+				return "", false
+			}
+			item = a + "=" + name + "," + flags
 		case "-p", "-m", "-j", "--comment", "--dport", "--src-type", "--dst-type", "--mode", "--name", "--seconds", "--to-destination":
 			v, ok := val()
 			if !ok {
 				return "", false
 			}
 			item = a + "=" + v
+			if a == "-m" && (v == "statistic" || v == "recent" || v == "set") {
+				order = append(order, v)
+			}
 		case "--ctstate":
 			v, ok := val()
 			if !ok {
@@ -113,6 +129,9 @@ func canonRule(args []string) (string, bool) {
 		neg = ""
 	}
 	slices.Sort(items)
+	if len(order) > 1 {
+		items = append(items, "order="+strings.Join(order, ","))
+	}
 	return strings.Join(items, " "), true
 }
 

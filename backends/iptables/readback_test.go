@@ -23,11 +23,16 @@ func TestCanonRule(t *testing.T) {
 		{"mark match", "-m mark ! --mark 0x4000/0x4000 -j RETURN", "-m mark ! --mark 0x4000/0x4000 -j RETURN"},
 		{"dispatch", `-m comment --comment "demo/web:http cluster IP" -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j WASP-SVC-X`,
 			`-d 10.96.0.10/32 -p tcp -m comment --comment "demo/web:http cluster IP" -m tcp --dport 80 -j WASP-SVC-X`},
-		{"affinity check", `-m comment --comment "demo/sticky:http -> 10.244.1.12:8080" -m recent --name WASP-SEP-Q --rcheck --seconds 10800 --reap -j WASP-SEP-Q`,
-			`-m comment --comment "demo/sticky:http -> 10.244.1.12:8080" -m recent --rcheck --seconds 10800 --reap --name WASP-SEP-Q --mask 255.255.255.255 --rsource -j WASP-SEP-Q`},
-		{"affinity set", `-m comment --comment "demo/sticky:http" -m recent --name WASP-SEP-Q --set -p tcp -m tcp -j DNAT --to-destination 10.244.1.12:8080`,
-			`-p tcp -m comment --comment "demo/sticky:http" -m recent --set --name WASP-SEP-Q --mask 255.255.255.255 --rsource -m tcp -j DNAT --to-destination 10.244.1.12:8080`},
-		{"probability", "-m statistic --mode random --probability 0.3333333333 -j WASP-SEP-A", "-m statistic --mode random --probability 0.33333333349 -j WASP-SEP-A"},
+		{"affinity check", `-m comment --comment "demo/sticky:http -> 10.244.1.12:8080" -p tcp -m tcp -m recent --name WASP-SEP-Q --rcheck --seconds 10800 --reap -m recent --name WASP-SEP-Q --set -j DNAT --to-destination 10.244.1.12:8080`,
+			`-p tcp -m comment --comment "demo/sticky:http -> 10.244.1.12:8080" -m tcp -m recent --rcheck --seconds 10800 --reap --name WASP-SEP-Q --mask 255.255.255.255 --rsource -m recent --set --name WASP-SEP-Q --mask 255.255.255.255 --rsource -j DNAT --to-destination 10.244.1.12:8080`},
+		{"affinity set", `-m comment --comment "demo/sticky:http -> 10.244.1.12:8080" -p tcp -m tcp -m statistic --mode random --probability 0.5000000000 -m recent --name WASP-SEP-Q --set -j DNAT --to-destination 10.244.1.12:8080`,
+			`-p tcp -m comment --comment "demo/sticky:http -> 10.244.1.12:8080" -m tcp -m statistic --mode random --probability 0.50000000000 -m recent --set --name WASP-SEP-Q --mask 255.255.255.255 --rsource -j DNAT --to-destination 10.244.1.12:8080`},
+		{"affinity IPv6", `-m comment --comment x -p udp -m udp -m recent --name WASP-SEP-Q --rcheck --seconds 10800 --reap -m recent --name WASP-SEP-Q --set -j DNAT --to-destination [fd00::1]:8080`,
+			`-p udp -m comment --comment x -m udp -m recent --rcheck --seconds 10800 --reap --name WASP-SEP-Q --mask ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff --rsource -m recent --set --name WASP-SEP-Q --mask ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff --rsource -j DNAT --to-destination [fd00::1]:8080`},
+		{"probability", "-p sctp -m sctp -m statistic --mode random --probability 0.3333333333 -j DNAT --to-destination 10.244.1.12:8080",
+			"-p sctp -m sctp -m statistic --mode random --probability 0.33333333349 -j DNAT --to-destination 10.244.1.12:8080"},
+		{"hairpin", `-m comment --comment "wasp hairpin traffic: an endpoint reaching itself" -m set --match-set WASP-HAIRPIN dst,dst,src -j MASQUERADE --random-fully`,
+			`-m comment --comment "wasp hairpin traffic: an endpoint reaching itself" -m set --match-set WASP-HAIRPIN dst,dst,src -j MASQUERADE --random-fully`},
 		{"reject", "-d 10.96.0.13/32 -p tcp -m tcp --dport 80 -j REJECT", "-d 10.96.0.13/32 -p tcp -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable"},
 		{"martian", `-d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`,
 			`-d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`},
@@ -49,6 +54,10 @@ func TestCanonRule(t *testing.T) {
 		{"another mark", "-j MARK --or-mark 0x4000", "-j MARK --or-mark 0x8000"},
 		{"or and xor", "-j MARK --or-mark 0x4000", "-j MARK --xor-mark 0x4000"},
 		{"timeout", "-m recent --name A --rcheck --seconds 10 --reap -j A", "-m recent --name A --rcheck --seconds 11 --reap -j A"},
+		{"set before statistic", "-m statistic --mode random --probability 0.5 -m recent --name A --set -j A",
+			"-m recent --name A --set -m statistic --mode random --probability 0.5 -j A"},
+		{"another set", "-m set --match-set A dst,dst,src -j A", "-m set --match-set B dst,dst,src -j A"},
+		{"other set flags", "-m set --match-set A dst,dst,src -j A", "-m set --match-set A src,dst,dst -j A"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a, _ := canon(t, tt.a)
@@ -63,6 +72,7 @@ func TestCanonRule(t *testing.T) {
 		"-j REJECT --reject-with tcp-reset",
 		"-i eth0 -j A",
 		"-m statistic --mode random --probability",
+		"-m set --match-set A",
 	} {
 		if c, ok := canon(t, rule); ok {
 			t.Errorf("%q read as %q; want unreadable", rule, c)

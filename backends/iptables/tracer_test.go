@@ -29,6 +29,7 @@ type trRule struct {
 	probability      bool
 	recentName       string
 	rcheck, set      bool
+	matchSet         string     // "-m set --match-set NAME dst,dst,src"
 	mark             *negString // value/mask
 	ctstate          *negString
 	target           string
@@ -127,6 +128,11 @@ func parseRule(t *testing.T, args []string) trRule {
 			r.orMark = next(&i)
 		case "--xor-mark":
 			r.xorMark = next(&i)
+		case "--match-set":
+			r.matchSet = next(&i)
+			if flags := next(&i); flags != "dst,dst,src" {
+				t.Fatalf("rule %q: the tracer knows the set flags dst,dst,src, not %s", args, flags)
+			}
 		case "-m", "--comment", "--mode", "--seconds":
 			next(&i)
 		case "--reap", "--random-fully":
@@ -141,12 +147,17 @@ func parseRule(t *testing.T, args []string) trRule {
 type tracer struct {
 	t      *testing.T
 	tables map[string]map[string][]trRule
+	sets   map[string][]string // entries, as ipset writes them
 	local  []netip.Addr
 }
 
 func newTracer(t *testing.T, f *Fake, nodeIPs ...netip.Addr) *tracer {
 	t.Helper()
-	return &tracer{t: t, tables: parseSave(t, f.Dump()), local: append(nodeIPs, ip("127.0.0.1"), ip("::1"))}
+	sets := map[string][]string{}
+	for _, name := range []string{SetHairpin4, SetHairpin6} {
+		sets[name] = f.setEntries(name)
+	}
+	return &tracer{t: t, tables: parseSave(t, f.Dump()), sets: sets, local: append(nodeIPs, ip("127.0.0.1"), ip("::1"))}
 }
 
 // packet is the first packet of a new connection.
@@ -155,7 +166,7 @@ type packet struct {
 	proto    string
 	dport    int
 	fromNode bool            // sent by the node itself (nat and filter OUTPUT)
-	recent   map[string]bool // affinity lists (chains) that hold src
+	recent   map[string]bool // affinity lists (recent --name) that hold src
 }
 
 // walk is the state of one packet's walk.
@@ -197,6 +208,14 @@ func (tr *tracer) matches(w *walk, r *trRule) bool {
 	}
 	if r.rcheck && !p.recent[r.recentName] {
 		return false
+	}
+	if r.matchSet != "" {
+		// dst,dst,src: destination address, protocol:destination port,
+		// source address.
+		entry := p.dst.String() + "," + p.proto + ":" + strconv.Itoa(p.dport) + "," + p.src.String()
+		if !slices.Contains(tr.sets[r.matchSet], entry) {
+			return false
+		}
 	}
 	if r.mark != nil {
 		v, m, _ := strings.Cut(r.mark.v, "/")
@@ -316,12 +335,15 @@ func runFlows(t *testing.T, tr *tracer, cases []flowCase) {
 				p.proto = "tcp"
 			}
 			if c.affinity != "" {
-				for chain, rules := range tr.tables[TableNAT] {
+				for _, rules := range tr.tables[TableNAT] {
 					for _, r := range rules {
-						if r.toDestination == c.affinity {
-							p.recent[chain] = true
+						if r.toDestination == c.affinity && r.recentName != "" {
+							p.recent[r.recentName] = true
 						}
 					}
+				}
+				if len(p.recent) != 1 {
+					t.Fatalf("endpoint %s has affinity lists %v, want one", c.affinity, p.recent)
 				}
 			}
 			got, masq := tr.trace(p)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -85,10 +86,10 @@ func serviceChainsOf(names []string) []string {
 }
 
 // TestPartialSyncWritesOnlyChanges: changing one endpoint of one service
-// port rewrites its policy chain and the new endpoint's chain, deletes
-// the old endpoint's chain, and writes no other chain; a new service port
-// rewrites the fixed chains that dispatch to it too; the same state again
-// runs no restore at all.
+// port rewrites its policy chain and no other chain, adds the new
+// endpoint to the hairpin set and deletes the old one; a new service
+// port rewrites the fixed chains that dispatch to it too; the same state
+// again runs no restore at all.
 func TestPartialSyncWritesOnlyChanges(t *testing.T) {
 	ctx := context.Background()
 	f := NewFake()
@@ -100,8 +101,8 @@ func TestPartialSyncWritesOnlyChanges(t *testing.T) {
 	if err := b.Sync(ctx, s.Clone()); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.restores) != 1 || b.stats.skipped != 1 {
-		t.Errorf("a second sync of the same state ran a restore (%d restores, stats %+v)", len(f.restores), b.stats)
+	if len(f.restores) != 1 || b.stats.skipped != 1 || b.stats.setAdds+b.stats.setDels != 0 {
+		t.Errorf("a second sync of the same state ran a restore or changed the set (%d restores, stats %+v)", len(f.restores), b.stats)
 	}
 
 	s2 := goldenState4()
@@ -112,17 +113,20 @@ func TestPartialSyncWritesOnlyChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := newServiceChains(web)
-	want := []string{n.svc, sepChain(n.base, &web.Cluster[1]), sepChain(n.base, &old)}
-	slices.Sort(want)
 	in := f.lastRestore()
-	if got := serviceChainsOf(declared(in)[TableNAT]); !slices.Equal(got, want) {
+	if got, want := serviceChainsOf(declared(in)[TableNAT]), []string{n.svc}; !slices.Equal(got, want) {
 		t.Errorf("wrote %v, want %v:\n%s", got, want, in)
 	}
 	if fixed := slices.DeleteFunc(append(declared(in)[TableNAT], declared(in)[TableFilter]...), isServiceChain); len(fixed) != 0 {
 		t.Errorf("an endpoint change writes fixed chains %v, whose rules did not change", fixed)
 	}
-	if !strings.Contains(in, "-X "+sepChain(n.base, &old)+"\n") || strings.Count(in, "\n-X ") != 1 {
-		t.Errorf("the old endpoint's chain is not the one deleted:\n%s", in)
+	if strings.Contains(in, "\n-X ") {
+		t.Errorf("an endpoint change deletes a chain:\n%s", in)
+	}
+	set := f.setEntries(SetHairpin4)
+	if b.stats.setAdds != 1 || b.stats.setDels != 1 || !slices.Contains(set, "10.244.3.10,tcp:8080,10.244.3.10") ||
+		slices.Contains(set, old.Addr.String()+",tcp:8080,"+old.Addr.String()) {
+		t.Errorf("hairpin set %v (stats %+v): want the new endpoint in, the old one out", set, b.stats)
 	}
 	if b.LastSync().Full {
 		t.Error("a change was a full sync")
@@ -230,7 +234,7 @@ func TestFailedRestore(t *testing.T) {
 	if err := b.Sync(ctx, states[0]); err != nil {
 		t.Fatal(err)
 	}
-	before := f.Dump()
+	before := f.Save(TableFilter) + f.Save(TableNAT)
 	f.lackMatch("statistic")
 	err := b.Sync(ctx, states[1])
 	if !errors.Is(err, ErrRestore) || !errors.Is(err, ErrPartialRestore) {
@@ -240,8 +244,10 @@ func TestFailedRestore(t *testing.T) {
 	if !errors.As(err, &le) || !strings.Contains(le.Text, "-m statistic") || !strings.Contains(err.Error(), "line ") {
 		t.Errorf("the error does not name the failing line: %v", err)
 	}
-	if f.Dump() != before {
-		t.Errorf("a failed restore changed the tables:\n%s", lineDiff(before, f.Dump()))
+	// The hairpin set has the new endpoints already (they go in before
+	// the restore); no rule sends a connection to them.
+	if tables := f.Save(TableFilter) + f.Save(TableNAT); tables != before {
+		t.Errorf("a failed restore changed the tables:\n%s", lineDiff(before, tables))
 	}
 	err = b.Sync(ctx, states[1])
 	if !errors.Is(err, ErrRestore) || errors.Is(err, ErrPartialRestore) {
@@ -455,6 +461,7 @@ func TestFakeRefuses(t *testing.T) {
 		{"long chain name", "*filter\n:WASP-SVC-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA - [0:0]\nCOMMIT\n", "invalid chain name"},
 		{"no commit", "*filter\n:WASP-A - [0:0]\n", "no COMMIT"},
 		{"jump to a built-in chain", "*filter\n:WASP-A - [0:0]\n-A WASP-A -j INPUT\nCOMMIT\n", "built-in chain"},
+		{"match of a missing set", "*nat\n:WASP-A - [0:0]\n-A WASP-A -m set --match-set WASP-HAIRPIN dst,dst,src -j MASQUERADE\nCOMMIT\n", "set WASP-HAIRPIN doesn't exist"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := NewFake()
@@ -478,6 +485,21 @@ func TestFakeRefuses(t *testing.T) {
 		}
 		if !strings.Contains(f.Save(TableNAT), ":WASP-A - [0:0]") {
 			t.Error("the committed nat section was undone")
+		}
+	})
+	t.Run("a set a rule matches stays", func(t *testing.T) {
+		f := NewFake()
+		if err := f.ensureSet(ctx, SetHairpin4, backends.IPv4); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.restore(ctx, []byte("*nat\n:WASP-A - [0:0]\n-A WASP-A -m set --match-set WASP-HAIRPIN dst,dst,src -j MASQUERADE\nCOMMIT\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.destroySet(ctx, SetHairpin4); err == nil || !strings.Contains(f.SaveSets(), SetHairpin4) {
+			t.Errorf("destroyed a set a rule matches: %v", err)
+		}
+		if err := f.ensureSet(ctx, SetHairpin4, backends.IPv6); err == nil {
+			t.Error("made a set of another family over an existing one")
 		}
 	})
 	t.Run("a declaration flushes", func(t *testing.T) {
@@ -622,8 +644,9 @@ func TestPartialSyncsMinimal(t *testing.T) {
 
 // TestFullSyncWritesOnlyDifferences: a full sync (here a restart's) reads
 // the tables back and writes exactly the chains whose rules differ from
-// the plan: one flushed behind wasp's back, one with a rule changed, one
-// deleted along with the rules that jumped to it.
+// the plan: one flushed behind wasp's back, one with a rule changed; and
+// brings the hairpin set in line: an entry deleted behind its back comes
+// back, one it does not want goes.
 func TestFullSyncWritesOnlyDifferences(t *testing.T) {
 	ctx := context.Background()
 	s := goldenState4()
@@ -633,13 +656,17 @@ func TestFullSyncWritesOnlyDifferences(t *testing.T) {
 	}
 	web := &s.Services[slices.IndexFunc(s.Services, func(v backends.Service) bool { return v.Name == "web" })]
 	n := newServiceChains(web)
-	sep := sepChain(n.base, &web.Cluster[0])
 	tamper := "*nat\n:" + n.svc + " - [0:0]\n:" + ChainMarkMasq + " - [0:0]\n-A " + ChainMarkMasq + " -j MARK --or-mark 0x8\nCOMMIT\n" +
 		"*filter\n:" + ChainForward + " - [0:0]\nCOMMIT\n"
 	if err := f.restore(ctx, []byte(tamper)); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.restore(ctx, []byte("*nat\n:"+sep+" - [0:0]\n-X "+sep+"\nCOMMIT\n")); err != nil {
+	lost := HairpinEntry{Addr: web.Cluster[0].Addr, Protocol: backends.TCP, Port: web.Cluster[0].Port}
+	foreign := HairpinEntry{Addr: ip("10.244.9.9"), Protocol: backends.UDP, Port: 9}
+	if err := f.delFromSet(ctx, SetHairpin4, []HairpinEntry{lost}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.addToSet(ctx, SetHairpin4, []HairpinEntry{foreign}); err != nil {
 		t.Fatal(err)
 	}
 	b := newFakeBackend(t, f, opts4)
@@ -649,12 +676,93 @@ func TestFullSyncWritesOnlyDifferences(t *testing.T) {
 	in := f.lastRestore()
 	got := append(restoreChains(in, ":"), restoreChains(in, "-X ")...)
 	slices.Sort(got)
-	want := []string{"filter/" + ChainForward, "nat/" + ChainMarkMasq, "nat/" + sep, "nat/" + n.svc}
+	want := []string{"filter/" + ChainForward, "nat/" + ChainMarkMasq, "nat/" + n.svc}
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("the full sync wrote %v, want %v:\n%s", got, want, in)
 	}
+	if b.stats.setAdds != 1 || b.stats.setDels != 1 {
+		t.Errorf("the full sync added %d and deleted %d hairpin entries, want 1 and 1", b.stats.setAdds, b.stats.setDels)
+	}
 	if got, want := f.Dump(), fresh(t, s); got != want {
 		t.Errorf("after the full sync:\n%s", lineDiff(want, got))
+	}
+}
+
+// TestFullSyncDeletesEndpointChains: the first full sync on tables an
+// earlier version programmed, with one chain per endpoint (WASP-SEP-,
+// hairpin marked there), rewrites the policy chains to DNAT themselves
+// and deletes the endpoint chains in the same restore, and leaves the
+// tables as a fresh sync's.
+func TestFullSyncDeletesEndpointChains(t *testing.T) {
+	ctx := context.Background()
+	s := goldenState4()
+	f := NewFake()
+	in, seps := endpointChainsLayout(s)
+	if err := f.restore(ctx, []byte(in)); err != nil {
+		t.Fatal(err)
+	}
+	b := newFakeBackend(t, f, opts4)
+	if err := b.Sync(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	deleted := restoreChains(f.lastRestore(), "-X ")
+	for _, sep := range seps {
+		if !slices.Contains(deleted, TableNAT+"/"+sep) {
+			t.Errorf("endpoint chain %s of the earlier layout not deleted: %v", sep, deleted)
+		}
+	}
+	if got, want := f.Dump(), fresh(t, s); got != want {
+		t.Errorf("after the first sync:\n%s", lineDiff(want, got))
+	}
+}
+
+// endpointChainsLayout returns a restore of the policy chains of s's
+// service ports in the layout of wasp's earlier versions, one chain per
+// endpoint (a hairpin mark, then the DNAT), and the names of those.
+func endpointChainsLayout(s *backends.State) (in string, seps []string) {
+	in = "*nat\n"
+	var rules []string
+	for i := range s.Services {
+		svc := &s.Services[i]
+		if len(svc.Cluster) == 0 {
+			continue
+		}
+		n := newServiceChains(svc)
+		in += ":" + n.svc + " - [0:0]\n"
+		l4 := "-p " + svc.Protocol.Lower() + " -m " + svc.Protocol.Lower()
+		for j := range svc.Cluster {
+			e := &svc.Cluster[j]
+			sep := endpointName(n.base, e)
+			seps = append(seps, sep)
+			in += ":" + sep + " - [0:0]\n"
+			rules = append(rules, "-A "+n.svc+" -j "+sep,
+				"-A "+sep+" -s "+hostPrefix(e.Addr)+" -j MARK --or-mark 0x4000",
+				"-A "+sep+" "+l4+" -j DNAT --to-destination "+netip.AddrPortFrom(e.Addr, e.Port).String())
+		}
+	}
+	return in + strings.Join(rules, "\n") + "\nCOMMIT\n", seps
+}
+
+// TestHairpinSharedEndpoint: an endpoint of two service ports stays in
+// the hairpin set until neither has it, through partial syncs.
+func TestHairpinSharedEndpoint(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake()
+	b := newFakeBackend(t, f, opts4)
+	shared := ep("10.244.1.50", 1)
+	entry := "10.244.1.50,tcp:8080,10.244.1.50"
+	one := svc("one", "10.96.0.50", func(s *backends.Service) { s.Cluster = []backends.Endpoint{shared} })
+	two := svc("two", "10.96.0.51", func(s *backends.Service) { s.Cluster = []backends.Endpoint{shared, ep("10.244.2.51", 1)} })
+	for i, step := range []struct {
+		svcs []backends.Service
+		in   bool
+	}{{[]backends.Service{one, two}, true}, {[]backends.Service{two}, true}, {[]backends.Service{one}, true}, {nil, false}, {[]backends.Service{two}, true}} {
+		if err := b.Sync(ctx, backendtest.State(backends.IPv4, step.svcs...)); err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.Contains(f.setEntries(SetHairpin4), entry); got != step.in || (i > 0 && b.LastSync().Full) {
+			t.Errorf("step %d: entry in the set %v, want %v (full %v)", i, got, step.in, b.LastSync().Full)
+		}
 	}
 }

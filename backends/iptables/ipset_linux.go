@@ -1,0 +1,138 @@
+//go:build linux
+
+package iptables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+
+	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/internal/nsthread"
+)
+
+// netnsSets manages the hairpin ipsets of the network namespace at
+// netns ("" for the current one) over netlink, each call on a thread of
+// its own in the namespace (nsthread), as the xtables package runs the
+// binaries.
+type netnsSets struct{ netns string }
+
+// do runs f in the namespace. netlink's ipset calls assume an errno
+// (they panic on another error), so even in the current namespace f runs
+// on a fresh thread, whose panic is returned as an error.
+func (n netnsSets) do(f func() error) error {
+	if n.netns != "" {
+		return nsthread.Do(n.netns, f)
+	}
+	return nsthread.Fresh(f)
+}
+
+func (n netnsSets) ensureSet(ctx context.Context, name string, family backends.Family) error {
+	fam := uint8(unix.AF_INET)
+	if family == backends.IPv6 {
+		fam = unix.AF_INET6
+	}
+	err := n.do(func() error {
+		// Replace leaves a set of the same type as it is (ipset's -exist).
+		return netlink.IpsetCreate(name, setType, netlink.IpsetCreateOptions{Replace: true, Family: fam, MaxElements: setMaxElements})
+	})
+	if err != nil {
+		return fmt.Errorf("create ipset %s of type %s: %w%s", name, setType, err, setHint(err))
+	}
+	return nil
+}
+
+// setHint explains the errors of a kernel without ipset support.
+func setHint(err error) string {
+	if errors.Is(err, syscall.EPROTONOSUPPORT) || errors.Is(err, syscall.ENOENT) || err == nl.IPSetError(nl.IPSET_ERR_FIND_TYPE) {
+		return " (are the ip_set and ip_set_hash_ipportip kernel modules available?)"
+	}
+	return ""
+}
+
+func (n netnsSets) listSet(ctx context.Context, name string) ([]HairpinEntry, error) {
+	var res *netlink.IPSetResult
+	if err := n.do(func() (err error) { res, err = netlink.IpsetList(name); return err }); err != nil {
+		return nil, fmt.Errorf("list ipset %s: %w", name, err)
+	}
+	out := make([]HairpinEntry, 0, len(res.Entries))
+	for i := range res.Entries {
+		e, err := fromNetlink(&res.Entries[i])
+		if err != nil {
+			return nil, fmt.Errorf("list ipset %s: %w", name, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// fromNetlink reads an entry of a hairpin set.
+func fromNetlink(e *netlink.IPSetEntry) (HairpinEntry, error) {
+	a, ok := netip.AddrFromSlice(e.IP)
+	if !ok || e.Port == nil || e.Protocol == nil {
+		return HairpinEntry{}, fmt.Errorf("entry %v: not ip,port,ip", e)
+	}
+	var p backends.Protocol
+	for _, q := range []backends.Protocol{backends.TCP, backends.UDP, backends.SCTP} {
+		if q.Number() == *e.Protocol {
+			p = q
+		}
+	}
+	a2, _ := netip.AddrFromSlice(e.IP2)
+	out := HairpinEntry{Addr: a.Unmap(), Protocol: p, Port: *e.Port}
+	if a2.Unmap() != out.Addr || p == "" {
+		return HairpinEntry{}, fmt.Errorf("entry %s,%d:%d,%s: not one of wasp's", a, *e.Protocol, *e.Port, a2)
+	}
+	return out, nil
+}
+
+// toNetlink is e as netlink adds or deletes it: Replace makes a present
+// entry on add, and a missing one on delete, no error (ipset's -exist).
+func toNetlink(e HairpinEntry) *netlink.IPSetEntry {
+	ip := net.IP(e.Addr.AsSlice())
+	proto, port := e.Protocol.Number(), e.Port
+	return &netlink.IPSetEntry{IP: ip, IP2: ip, Protocol: &proto, Port: &port, Replace: true}
+}
+
+func (n netnsSets) addToSet(ctx context.Context, name string, entries []HairpinEntry) error {
+	return n.change(ctx, name, "add to", entries, netlink.IpsetAdd)
+}
+
+func (n netnsSets) delFromSet(ctx context.Context, name string, entries []HairpinEntry) error {
+	return n.change(ctx, name, "delete from", entries, netlink.IpsetDel)
+}
+
+func (n netnsSets) change(ctx context.Context, name, what string, entries []HairpinEntry, op func(string, *netlink.IPSetEntry) error) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	return n.do(func() error {
+		for _, e := range entries {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := op(name, toNetlink(e)); err != nil {
+				return fmt.Errorf("%s ipset %s entry %s: %w", what, name, e, err)
+			}
+		}
+		return nil
+	})
+}
+
+func (n netnsSets) destroySet(ctx context.Context, name string) error {
+	err := n.do(func() error { return netlink.IpsetDestroy(name) })
+	switch {
+	case err == nil, errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.EPROTONOSUPPORT):
+		return nil
+	case err == nl.IPSetError(nl.IPSET_ERR_BUSY), err == nl.IPSetError(nl.IPSET_ERR_REFERENCED), errors.Is(err, syscall.EBUSY):
+		return fmt.Errorf("destroy ipset %s: a rule still uses it: %w", name, err)
+	}
+	return fmt.Errorf("destroy ipset %s: %w", name, err)
+}
