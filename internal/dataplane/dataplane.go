@@ -187,9 +187,9 @@ func iptablesSync(f backends.Family, info iptables.SyncInfo, err error) metrics.
 
 // probeIPTables is the iptables mode's probe, in nodesetup's terms: a
 // node without a usable iptables (its binaries, the variant the node
-// uses, a nat table) cannot run the mode.
+// uses, a nat table, ipset for the hairpin sets) cannot run the mode.
 func probeIPTables(ctx context.Context, netns string) []nodesetup.ProbeResult {
-	r := nodesetup.ProbeResult{Name: "iptables", Checks: "iptables-restore of the variant the node uses, and its nat table",
+	r := nodesetup.ProbeResult{Name: "iptables", Checks: "iptables-restore of the variant the node uses, its nat table, and a hash:ip,port,ip ipset matched by a rule",
 		Outcome: nodesetup.Supported}
 	err := iptables.Probe(ctx, netns)
 	switch {
