@@ -57,40 +57,56 @@ func setHint(err error) string {
 	return ""
 }
 
+// listSet returns the entries of set name. An entry wasp did not write
+// (one whose two addresses differ, or of another protocol) is deleted
+// from the set there and then, so that a full sync, which adds what the
+// plan lacks, leaves nothing else.
 func (n netnsSets) listSet(ctx context.Context, name string) ([]HairpinEntry, error) {
-	var res *netlink.IPSetResult
-	if err := n.do(func() (err error) { res, err = netlink.IpsetList(name); return err }); err != nil {
-		return nil, fmt.Errorf("list ipset %s: %w", name, err)
-	}
-	out := make([]HairpinEntry, 0, len(res.Entries))
-	for i := range res.Entries {
-		e, err := fromNetlink(&res.Entries[i])
+	var out []HairpinEntry
+	err := n.do(func() error {
+		h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
 		if err != nil {
-			return nil, fmt.Errorf("list ipset %s: %w", name, err)
+			return err
 		}
-		out = append(out, e)
+		defer h.Close()
+		res, err := h.IpsetList(name)
+		if err != nil {
+			return err
+		}
+		out = make([]HairpinEntry, 0, len(res.Entries))
+		for i := range res.Entries {
+			raw := &res.Entries[i]
+			if e, ok := fromNetlink(raw); ok {
+				out = append(out, e)
+				continue
+			}
+			raw.Replace = true
+			if err := h.IpsetDel(name, raw); err != nil {
+				return fmt.Errorf("delete foreign entry %v: %w", raw, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list ipset %s: %w", name, err)
 	}
 	return out, nil
 }
 
-// fromNetlink reads an entry of a hairpin set.
-func fromNetlink(e *netlink.IPSetEntry) (HairpinEntry, error) {
+// fromNetlink reads an entry of a hairpin set; false when it is not one
+// wasp writes.
+func fromNetlink(e *netlink.IPSetEntry) (HairpinEntry, bool) {
 	a, ok := netip.AddrFromSlice(e.IP)
-	if !ok || e.Port == nil || e.Protocol == nil {
-		return HairpinEntry{}, fmt.Errorf("entry %v: not ip,port,ip", e)
+	a2, ok2 := netip.AddrFromSlice(e.IP2)
+	if !ok || !ok2 || a.Unmap() != a2.Unmap() || e.Port == nil || e.Protocol == nil {
+		return HairpinEntry{}, false
 	}
-	var p backends.Protocol
-	for _, q := range []backends.Protocol{backends.TCP, backends.UDP, backends.SCTP} {
-		if q.Number() == *e.Protocol {
-			p = q
+	for _, p := range []backends.Protocol{backends.TCP, backends.UDP, backends.SCTP} {
+		if p.Number() == *e.Protocol {
+			return HairpinEntry{Addr: a.Unmap(), Protocol: p, Port: *e.Port}, true
 		}
 	}
-	a2, _ := netip.AddrFromSlice(e.IP2)
-	out := HairpinEntry{Addr: a.Unmap(), Protocol: p, Port: *e.Port}
-	if a2.Unmap() != out.Addr || p == "" {
-		return HairpinEntry{}, fmt.Errorf("entry %s,%d:%d,%s: not one of wasp's", a, *e.Protocol, *e.Port, a2)
-	}
-	return out, nil
+	return HairpinEntry{}, false
 }
 
 // toNetlink is e as netlink adds or deletes it: Replace makes a present
@@ -102,23 +118,30 @@ func toNetlink(e HairpinEntry) *netlink.IPSetEntry {
 }
 
 func (n netnsSets) addToSet(ctx context.Context, name string, entries []HairpinEntry) error {
-	return n.change(ctx, name, "add to", entries, netlink.IpsetAdd)
+	return n.change(ctx, name, "add to", entries, (*netlink.Handle).IpsetAdd)
 }
 
 func (n netnsSets) delFromSet(ctx context.Context, name string, entries []HairpinEntry) error {
-	return n.change(ctx, name, "delete from", entries, netlink.IpsetDel)
+	return n.change(ctx, name, "delete from", entries, (*netlink.Handle).IpsetDel)
 }
 
-func (n netnsSets) change(ctx context.Context, name, what string, entries []HairpinEntry, op func(string, *netlink.IPSetEntry) error) error {
+func (n netnsSets) change(ctx context.Context, name, what string, entries []HairpinEntry, op func(*netlink.Handle, string, *netlink.IPSetEntry) error) error {
 	if len(entries) == 0 {
 		return nil
 	}
 	return n.do(func() error {
+		// One socket for every entry (netlink's package-level calls
+		// open one per call).
+		h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
+		if err != nil {
+			return fmt.Errorf("%s ipset %s: %w", what, name, err)
+		}
+		defer h.Close()
 		for _, e := range entries {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if err := op(name, toNetlink(e)); err != nil {
+			if err := op(h, name, toNetlink(e)); err != nil {
 				return fmt.Errorf("%s ipset %s entry %s: %w", what, name, e, err)
 			}
 		}

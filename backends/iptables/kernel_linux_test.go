@@ -6,12 +6,15 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/wasp-proxy/wasp/backends"
 	"github.com/wasp-proxy/wasp/backends/backendtest"
@@ -229,6 +232,61 @@ func TestKernelHairpin(t *testing.T) {
 					}
 				}
 			})
+		}
+	})
+}
+
+// TestKernelHairpinSetReconciled: a restart's full sync brings the
+// hairpin set in line with the plan: an entry deleted behind wasp's back
+// comes back, one wasp did not write goes, and the set equals a fresh
+// sync's; Cleanup destroys it.
+func TestKernelHairpinSetReconciled(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		ctx := context.Background()
+		a1, b1 := c.Pod("a1"), c.Pod("b1")
+		web := svc("web", "10.96.0.10", func(s *backends.Service) {
+			s.Cluster = []backends.Endpoint{podEP(a1, backends.IPv4, 1), podEP(b1, backends.IPv4, 1)}
+		})
+		s := clusterState(c, web, backendtest.UDPTwin(web))
+		syncOK(t, nodeBackend(t, c.Nodes[0], v, backends.IPv4), s)
+		sets := netnsSets{c.Nodes[0].NS.Path()}
+		want, err := sets.listSet(ctx, SetHairpin4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sets.delFromSet(ctx, SetHairpin4, want[:1]); err != nil {
+			t.Fatal(err)
+		}
+		err = sets.do(func() error {
+			proto, port := uint8(17), uint16(53)
+			return netlink.IpsetAdd(SetHairpin4, &netlink.IPSetEntry{IP: net.ParseIP("10.9.9.9"), IP2: net.ParseIP("10.9.9.8"), Protocol: &proto, Port: &port})
+		})
+		if err != nil {
+			t.Fatalf("add a foreign entry: %v", err)
+		}
+		b := nodeBackend(t, c.Nodes[0], v, backends.IPv4)
+		syncOK(t, b, s)
+		got, err := sets.listSet(ctx, SetHairpin4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sortEntries(got)
+		sortEntries(want)
+		if !slices.Equal(got, want) || b.stats.setAdds != 1 {
+			t.Errorf("hairpin set after the restart %v (%d added), want %v (1 added)", got, b.stats.setAdds, want)
+		}
+		var raw *netlink.IPSetResult
+		if err := sets.do(func() (err error) { raw, err = netlink.IpsetList(SetHairpin4); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if len(raw.Entries) != len(want) {
+			t.Errorf("the set holds %d entries, want %d: %+v", len(raw.Entries), len(want), raw.Entries)
+		}
+		if err := b.Cleanup(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sets.listSet(ctx, SetHairpin4); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the set after Cleanup: %v, want it gone", err)
 		}
 	})
 }
