@@ -36,7 +36,7 @@ func Large(n, eps int) *backends.State {
 	s := &backends.State{
 		Family:       backends.IPv4,
 		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")},
-		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/14")},
 	}
 	for i := range n {
 		name := fmt.Sprintf("svc-%05d", i)
@@ -46,7 +46,7 @@ func Large(n, eps int) *backends.State {
 		}
 		for j := range eps {
 			sv.Cluster = append(sv.Cluster, backends.Endpoint{
-				Addr: netip.AddrFrom4([4]byte{10, 244, byte(i >> 6), byte(i&63)<<2 | byte(j&3)}), Port: uint16(8080 + j), Weight: 1,
+				Addr: netip.AddrFrom4([4]byte{10, 244 + byte(i>>14), byte(i >> 6), byte(i&63)<<2 | byte(j&3)}), Port: uint16(8080 + j), Weight: 1,
 			})
 		}
 		s.Services = append(s.Services, sv)
