@@ -9,8 +9,10 @@
 // Rust SDK). Both are built, into builds/go and builds/rust, and both are
 // held against the native reference by the same tests (package
 // modules/builds lists them); wasp embeds one of them, the build named by
-// Build, as builtin:<Name> (RATIONALE.md, "Why is each default module
-// written twice, in Go and in Rust?").
+// Build, as builtin:<Name>: the Rust build, 30 KB a module against 2.4 MB,
+// compiled in 0.03 s against 1 s, and the chain twice as fast
+// (RATIONALE.md, "Why is each default module written twice, in Go and in
+// Rust?" and "Why does wasp embed the Rust build of its default modules?").
 package modules
 
 import (
@@ -25,14 +27,14 @@ import (
 // Build names the build wasp embeds: "go" or "rust", the directory of
 // modules/builds that files embeds (a go:embed pattern cannot name a
 // constant; package builds' tests check that the two agree).
-const Build = "go"
+const Build = "rust"
 
 // files holds the built modules, their digests (SHA256SUMS, written by
 // `make modules` beside them) and their metadata sources: Digest and
 // Metadata answer without reading a module's bytes, so that a wasp that
 // runs the builtin modules natively never pages them in.
 //
-//go:embed builds/go/*.wasm builds/go/SHA256SUMS topology/module.json trafficpolicy/module.json selection/module.json
+//go:embed builds/rust/*.wasm builds/rust/SHA256SUMS topology/module.json trafficpolicy/module.json selection/module.json
 var files embed.FS
 
 // Builtin is one embedded module.
