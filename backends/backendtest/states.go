@@ -64,9 +64,10 @@ func Golden6() *backends.State {
 // exercises every kind of change: service ports added and removed,
 // endpoints and weights changed, policies toggled, affinity switched on
 // and its timeout changed, NodePort addresses set and unset, Service CIDRs
-// and masquerading changed, a multi-port Service losing a port (its
-// ClusterIP stays in use), two Services claiming one external IP, and
-// nothing at all. To6 gives the IPv6 sequence.
+// and masquerading changed, a NodePort added to a ClusterIP-only port,
+// weights of 18 buckets (17:1) and of 16 (15:1), a multi-port Service
+// losing a port (its ClusterIP stays in use), two Services claiming one
+// external IP, and nothing at all. To6 gives the IPv6 sequence.
 func Transitions() []*backends.State {
 	const f = backends.IPv4
 	var out []*backends.State
@@ -112,6 +113,12 @@ func Transitions() []*backends.State {
 		s.ClusterCIDRs = nil
 		s.MasqueradeAll = true
 		s.NodePortAddresses = []netip.Addr{NodeIP(f, 1)}
+	})
+	add(func(s *backends.State) { // a frontend and buckets past 16 change how a port is programmed
+		find(s, "web").NodePort = NodePort(10)
+		find(s, "weighted").Cluster = []backends.Endpoint{ep4(1, 11, 17), ep4(2, 11, 1)}
+		find(s, "dns").Cluster[0].Weight = 15
+		find(s, "dns").Cluster = append(find(s, "dns").Cluster, backends.Endpoint{Addr: EndpointIP(f, 2, 17), Port: 53, Weight: 1})
 	})
 	add(func(s *backends.State) { // a multi-port Service, and a shared external IP
 		web := find(s, "web").Clone()

@@ -10,21 +10,22 @@ import (
 	"github.com/wasp-proxy/wasp/backends"
 )
 
-// webChain is the Cluster chain of goldenState4's service port "web".
-func webChain(t *testing.T) string {
+// lbChain is the Cluster chain of goldenState4's service port "lb" (web
+// is a simple service port: no chain of its own).
+func lbChain(t *testing.T) string {
 	t.Helper()
 	s := goldenState4()
 	for i := range s.Services {
-		if s.Services[i].Name == "web" {
+		if s.Services[i].Name == "lb" {
 			return newServiceNames(&s.Services[i]).cluster
 		}
 	}
-	t.Fatal("no service web")
+	t.Fatal("no service lb")
 	return ""
 }
 
 func TestCheckDrift(t *testing.T) {
-	web := webChain(t)
+	lb := lbChain(t)
 	tests := []struct {
 		name   string
 		tamper func(t *testing.T, f *Fake) error
@@ -42,15 +43,36 @@ func TestCheckDrift(t *testing.T) {
 	}, {
 		name: "service element deleted",
 		tamper: func(t *testing.T, f *Fake) error {
-			return f.DeleteElement(backends.IPv4, DefaultTable, serviceIPsMap, "10.96.0.10 . tcp . 80")
+			return f.DeleteElement(backends.IPv4, DefaultTable, serviceIPsMap, "10.96.0.15 . tcp . 80")
 		},
 		want:    map[string]int{backends.DriftElement: 1},
-		example: "map service-ips: element 10.96.0.10 . tcp . 80 missing",
+		example: "map service-ips: element 10.96.0.15 . tcp . 80 missing",
+	}, {
+		name: "simple service element deleted",
+		tamper: func(t *testing.T, f *Fake) error {
+			return f.DeleteElement(backends.IPv4, DefaultTable, simpleServicesSet, "10.96.0.10 . tcp . 80")
+		},
+		want:    map[string]int{backends.DriftElement: 1},
+		example: "set simple-services: element 10.96.0.10 . tcp . 80 missing",
+	}, {
+		name: "simple class element deleted",
+		tamper: func(t *testing.T, f *Fake) error {
+			return f.DeleteElement(backends.IPv4, DefaultTable, "simple-cluster-2", "10.96.0.10 . tcp . 80")
+		},
+		want:    map[string]int{backends.DriftElement: 1},
+		example: "set simple-cluster-2: element 10.96.0.10 . tcp . 80 missing",
 	}, {
 		name:    "service chain flushed",
-		tamper:  func(t *testing.T, f *Fake) error { return f.FlushChain(backends.IPv4, DefaultTable, web) },
+		tamper:  func(t *testing.T, f *Fake) error { return f.FlushChain(backends.IPv4, DefaultTable, lb) },
 		want:    map[string]int{backends.DriftRule: 2},
-		example: "chain " + web + ": 0 rules, want 2",
+		example: "chain " + lb + ": 0 rules, want 2",
+	}, {
+		name: "simple-classes rule deleted",
+		tamper: func(t *testing.T, f *Fake) error {
+			return f.DeleteRule(backends.IPv4, DefaultTable, simpleClassesChain, 3)
+		},
+		want:    map[string]int{backends.DriftRule: 30}, // the rules after it moved up
+		example: "chain simple-classes: 32 rules, want 33",
 	}, {
 		name: "base chain rule deleted",
 		tamper: func(t *testing.T, f *Fake) error {
@@ -261,7 +283,12 @@ func TestCheckDriftBoundsExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Sync(ctx, largeState(50, 4)); err != nil {
+	// NodePorts: service ports with chains of their own, not simple.
+	s := largeState(50, 4)
+	for i := range s.Services {
+		s.Services[i].NodePort = uint16(30000 + i)
+	}
+	if err := b.Sync(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	var chains []string

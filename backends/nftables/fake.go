@@ -389,6 +389,12 @@ func checkRule(t *fakeTable, family backends.Family, r *Rule) error {
 				(slices.Contains(e.Key, KeyNumgen) && e.Mod == 0) {
 				return fmt.Errorf("vmap lookup in @%s of type %s: %w", e.Map, s.spec.typeString(), syscall.EINVAL)
 			}
+		case KeySetMatch:
+			s := t.sets[e.Set]
+			if e.Family != family || s.spec.isMap() || len(e.Key) == 0 || slices.Contains(e.Key, KeyNumgen) ||
+				!slices.Equal(s.spec.Key, keyTypes(addr, e.Key)) {
+				return fmt.Errorf("lookup in @%s of type %s: %w", e.Set, s.spec.typeString(), syscall.EINVAL)
+			}
 		case DNATMap:
 			s := t.sets[e.Map]
 			if e.Family != family || !slices.Equal(s.spec.Data, []KeyType{addr, KeyInetService}) ||

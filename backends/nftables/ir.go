@@ -488,6 +488,20 @@ func (m VMap) String() string {
 }
 func (VMap) expr() {}
 
+// KeySetMatch matches a concatenation of packet fields against a named
+// set: "ip daddr . meta l4proto . th dport @simple-services". It is
+// VMap's lookup without a verdict: no element, no match.
+type KeySetMatch struct {
+	Family backends.Family
+	Key    []KeyField // without KeyNumgen
+	Set    string
+}
+
+func (m KeySetMatch) String() string {
+	return keyString(m.Family, m.Key, 0) + " @" + m.Set
+}
+func (KeySetMatch) expr() {}
+
 // DNATMap DNATs to the address and port a concatenation of packet fields
 // maps to in a named data map: "dnat ip to ip daddr . meta l4proto . th
 // dport . numgen random mod 4 map @m". No element: no match.
@@ -658,6 +672,8 @@ func (r *Rule) refs(chains, sets func(string)) {
 			sets(e.Set)
 		case VMap:
 			sets(e.Map)
+		case KeySetMatch:
+			sets(e.Set)
 		case DNATMap:
 			sets(e.Map)
 		case AddrPairMatch:

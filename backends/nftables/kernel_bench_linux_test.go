@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -157,51 +158,75 @@ func BenchmarkKernelOneServiceChange(b *testing.B) {
 	}
 }
 
-// BenchmarkKernelNewService: one new service port (10 endpoints) comes
-// and goes, one Sync each, in a table of N service ports × 10 endpoints.
-// "sync-ms" is the mean Sync; "vs-1k" the same against the 1k case of
-// the same run: 1 means a change costs the same at any scale.
+// BenchmarkKernelNewService: one Sync after another in a table of N
+// service ports × 10 endpoints, where "new" adds a service port (10
+// endpoints) and deletes it, and "endpoints" takes one endpoint from a
+// service port and gives it back (10 → 9 → 10: its number of buckets
+// changes). "sync-ms" is the mean Sync; "vs-1k" the same against the 1k
+// case of the same run: 1 means a change costs the same at any scale.
 //
 //	go test -run '^$' -bench KernelNewService -benchtime 20x ./backends/nftables/
 func BenchmarkKernelNewService(b *testing.B) {
-	var at1k time.Duration
-	for _, n := range []int{1000, 10000, 30000} {
-		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) {
-			ns := kernelBenchNS(b)
+	cases := []struct {
+		name   string
+		states func(n int) (from, to *backends.State)
+	}{
+		{"new", func(n int) (from, to *backends.State) {
 			with := largeState(n+1, benchEndpoints)
 			without := *with
 			without.Services = with.Services[:n]
-			be, err := New(Opts{Family: with.Family, NetNS: ns})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer be.Close()
-			ctx := context.Background()
-			if err := be.Sync(ctx, &without); err != nil {
-				b.Fatal(err)
-			}
-			states := []*backends.State{with, &without}
-			i := 0
-			start := time.Now()
-			for b.Loop() {
-				if err := be.Sync(ctx, states[i%2]); err != nil {
-					b.Fatal(err)
-				}
-				i++
-			}
-			per := time.Since(start) / time.Duration(i)
-			if be.stats.rebuilds != 1 {
-				b.Fatalf("stats %+v: a change rebuilt the table", be.stats)
-			}
-			if n == 1000 {
-				at1k = per
-			}
-			b.ReportMetric(float64(per.Microseconds())/1000, "sync-ms")
-			if at1k > 0 {
-				b.ReportMetric(float64(per)/float64(at1k), "vs-1k")
-			}
-			if err := be.Cleanup(ctx); err != nil {
-				b.Fatal(err)
+			return &without, with
+		}},
+		{"endpoints", func(n int) (from, to *backends.State) {
+			from = largeState(n, benchEndpoints)
+			fewer := *from
+			fewer.Services = slices.Clone(from.Services)
+			last := &fewer.Services[n-1]
+			last.Cluster = last.Cluster[:len(last.Cluster)-1]
+			return from, &fewer
+		}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			var at1k time.Duration
+			for _, n := range []int{1000, 10000, 30000} {
+				b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) {
+					ns := kernelBenchNS(b)
+					from, to := c.states(n)
+					be, err := New(Opts{Family: from.Family, NetNS: ns})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer be.Close()
+					ctx := context.Background()
+					if err := be.Sync(ctx, from); err != nil {
+						b.Fatal(err)
+					}
+					states := []*backends.State{to, from}
+					i := 0
+					start := time.Now()
+					for b.Loop() {
+						if err := be.Sync(ctx, states[i%2]); err != nil {
+							b.Fatal(err)
+						}
+						i++
+					}
+					per := time.Since(start) / time.Duration(i)
+					if be.stats.rebuilds != 1 {
+						b.Fatalf("stats %+v: a change rebuilt the table", be.stats)
+					}
+					if n == 1000 {
+						at1k = per
+					}
+					b.ReportMetric(float64(be.stats.lastOps), "ops/tx")
+					b.ReportMetric(float64(per.Microseconds())/1000, "sync-ms")
+					if at1k > 0 {
+						b.ReportMetric(float64(per)/float64(at1k), "vs-1k")
+					}
+					if err := be.Cleanup(ctx); err != nil {
+						b.Fatal(err)
+					}
+				})
 			}
 		})
 	}

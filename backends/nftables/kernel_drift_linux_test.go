@@ -4,6 +4,7 @@ package nftables
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -73,9 +74,18 @@ func TestKernelDrift(t *testing.T) {
 	// A client of the affinity service is added by a packet: no drift.
 	backendtest.MustAsk(t, c.Client.NS, "tcp", cip11)
 
-	webChain := newServiceNames(&s.Services[1]).cluster
-	if s.Services[1].Name != "web" {
-		t.Fatalf("service 1 is %s, want web", s.Services[1].Name)
+	// web is a simple service port (no chain of its own), sticky not.
+	stickyChain := newServiceNames(&s.Services[0]).cluster
+	if s.Services[0].Name != "sticky" {
+		t.Fatalf("service 0 is %s, want sticky", s.Services[0].Name)
+	}
+	var stickyRules int
+	for _, f := range Plan(backends.IPv4, DefaultTable, DefaultMasqueradeBit, s).Services {
+		for _, ch := range f.Chains {
+			if ch.Name == stickyChain {
+				stickyRules = len(ch.Rules)
+			}
+		}
 	}
 	tests := []struct {
 		name    string
@@ -92,22 +102,41 @@ func TestKernelDrift(t *testing.T) {
 	}, {
 		name: "service element deleted",
 		nft: func() []string {
-			return []string{"delete", "element", "ip", DefaultTable, serviceIPsMap, "{ 10.96.0.10 . tcp . 80 }"}
+			return []string{"delete", "element", "ip", DefaultTable, serviceIPsMap, "{ 10.96.0.11 . tcp . 80 }"}
 		},
 		kind:    backends.DriftElement,
-		example: "map service-ips: element 10.96.0.10 . tcp . 80 missing",
+		example: "map service-ips: element 10.96.0.11 . tcp . 80 missing",
+	}, {
+		name: "simple service element deleted",
+		nft: func() []string {
+			return []string{"delete", "element", "ip", DefaultTable, simpleServicesSet, "{ 10.96.0.10 . tcp . 80 }"}
+		},
+		kind:    backends.DriftElement,
+		example: "set simple-services: element 10.96.0.10 . tcp . 80 missing",
+	}, {
+		name: "simple class element deleted",
+		nft: func() []string {
+			return []string{"delete", "element", "ip", DefaultTable, "simple-cluster-2", "{ 10.96.0.10 . tcp . 80 }"}
+		},
+		kind:    backends.DriftElement,
+		example: "set simple-cluster-2: element 10.96.0.10 . tcp . 80 missing",
 	}, {
 		name:    "service chain flushed",
-		nft:     func() []string { return []string{"flush", "chain", "ip", DefaultTable, webChain} },
+		nft:     func() []string { return []string{"flush", "chain", "ip", DefaultTable, stickyChain} },
 		kind:    backends.DriftRule,
-		example: "chain " + webChain + ": 0 rules, want 2",
+		example: fmt.Sprintf("chain %s: 0 rules, want %d", stickyChain, stickyRules),
+	}, {
+		name:    "simple-classes chain flushed",
+		nft:     func() []string { return []string{"flush", "chain", "ip", DefaultTable, simpleClassesChain} },
+		kind:    backends.DriftRule,
+		example: "chain simple-classes: 0 rules, want ",
 	}, {
 		name: "rule deleted",
 		nft: func() []string {
 			return []string{"delete", "rule", "ip", DefaultTable, servicesChain, "handle", ruleHandle(t, node, servicesChain, 0)}
 		},
 		kind:    backends.DriftRule,
-		example: "chain services: 1 rules, want 2",
+		example: "chain services: 2 rules, want 3",
 	}, {
 		name: "rule replaced",
 		nft: func() []string {

@@ -104,6 +104,30 @@ const (
 	maxBuckets = 1024
 )
 
+// Simple service ports: a service port whose only frontend is its
+// ClusterIP, whose internal route forwards, without affinity, and whose
+// endpoints make W = 1..presetBuckets buckets has no chain and no verdict
+// element of its own. Its entry "addr . proto . port" is an element of the
+// set simple-services, which the services chain looks up to go to the
+// chain simple-classes, and of the set simple-<kind>-<W> of its bucket
+// class, which a rule of that chain looks up to go to buckets-<kind>-<W>:
+//
+//	ip daddr . meta l4proto . th dport @simple-services goto simple-classes
+//	ip daddr . meta l4proto . th dport @simple-cluster-3 goto buckets-cluster-3
+//
+// Those sets and rules exist for every kind and W, so the arrival,
+// departure or endpoint change of a simple service port adds and deletes
+// data elements only, and the kernel skips the validation of the chain
+// graph at commit (see doc.go). The masquerade rule of its policy chain
+// is one rule of simple-classes, for all of them: what it tests, the
+// source address, is the same for every ClusterIP (the State's
+// InternalMasquerade).
+const (
+	simpleServicesSet  = "simple-services"
+	simpleClassesChain = "simple-classes"
+	simpleSetPrefix    = "simple-"
+)
+
 // bucketClassesMap is the name of the bucket-classes map of a kind.
 func bucketClassesMap(local bool) string {
 	if local {
@@ -135,6 +159,48 @@ func (c bucketClass) name() string {
 
 // bucketNames caches bucketClass.name; it holds at most 2 × maxBuckets.
 var bucketNames sync.Map
+
+// simpleSet is the name of the set of simple service entries of class c,
+// "simple-<kind>-<W>", for W within presetBuckets.
+func (c bucketClass) simpleSet() string {
+	return simpleSetNames[c.index()]
+}
+
+// index is c's position in simpleSetNames and in the rules of
+// simple-classes: the cluster classes by W, then the local ones.
+func (c bucketClass) index() int {
+	i := int(c.w) - 1
+	if c.local {
+		i += presetBuckets
+	}
+	return i
+}
+
+// simpleClasses are the bucket classes of simple service ports, in the
+// order of their rules in simple-classes: the cluster kind first (the
+// default traffic policy), small W first (few endpoints are the common
+// case), so that a packet tests the fewest sets.
+var simpleClasses = func() []bucketClass {
+	var out []bucketClass
+	for _, local := range []bool{false, true} {
+		for w := uint32(1); w <= presetBuckets; w++ {
+			out = append(out, bucketClass{local: local, w: w})
+		}
+	}
+	return out
+}()
+
+var simpleSetNames = func() []string {
+	out := make([]string, len(simpleClasses))
+	for i, c := range simpleClasses {
+		kind := "cluster-"
+		if c.local {
+			kind = "local-"
+		}
+		out[i] = simpleSetPrefix + kind + itoa(uint64(c.w))
+	}
+	return out
+}()
 
 func (c bucketClass) compare(o bucketClass) int {
 	if c.local != o.local {

@@ -596,6 +596,9 @@ func (cp *compiler) rule(r *Rule) ([]expr.Any, error) {
 		case VMap:
 			out = append(out, cp.keyLoads(e.Key, e.Mod)...)
 			out = append(out, cp.lookup(e.Map, true))
+		case KeySetMatch:
+			out = append(out, cp.keyLoads(e.Key, 0)...)
+			out = append(out, cp.lookup(e.Set, false))
 		case DNATMap:
 			// The map's value, "addr . port", lands in reg 1 onwards: the
 			// address in the first 4-byte registers, the port after it.

@@ -81,7 +81,7 @@ func (p *planner) plan(s *backends.State) *Ruleset {
 			classes[bc] = true
 		}
 	}
-	rs.Global = p.global(s, classes)
+	rs.Global = p.global(s, &wide, classes)
 	if p.last != nil && p.last.Family == rs.Family && p.last.Table == rs.Table {
 		rs.indexFrom(p.last)
 	} else {
@@ -137,7 +137,7 @@ var nodePortKey = []KeyField{KeyL4Proto, KeyTHDPort}
 
 // global plans the table-wide objects, with the bucket chains and maps of
 // the classes the service ports use.
-func (p *planner) global(s *backends.State, classes map[bucketClass]bool) *Fragment {
+func (p *planner) global(s *backends.State, w *stateWide, classes map[bucketClass]bool) *Fragment {
 	fam := p.cfg.family
 	f := &Fragment{}
 	chains := map[string]*Chain{}
@@ -152,7 +152,7 @@ func (p *planner) global(s *backends.State, classes map[bucketClass]bool) *Fragm
 		chain(bc.name, &spec)
 	}
 	for _, name := range []string{nodePortEndpointsCheckChain, serviceEndpointsCheckChain, firewallCheckChain,
-		servicesChain, masqueradingChain, clusterIPsCheckChain, markMasqChain, rejectChain} {
+		servicesChain, simpleClassesChain, masqueradingChain, clusterIPsCheckChain, markMasqChain, rejectChain} {
 		chain(name, nil)
 	}
 	for _, j := range baseJumps {
@@ -203,6 +203,27 @@ func (p *planner) global(s *backends.State, classes map[bucketClass]bool) *Fragm
 				Comment: "NodePort protocol . port : bucket chain"})
 	}
 
+	// Simple service ports (see simpleServicesSet): the masquerade rule
+	// their policy chains would start with, for all of them, then one
+	// rule per bucket class.
+	simpleKey := []KeyType{addr, KeyInetProto, KeyInetService}
+	f.Sets = append(f.Sets, &Set{Name: simpleServicesSet, Key: simpleKey,
+		Comment: "ClusterIP . protocol . port of service ports without a chain of their own"})
+	simple := chains[simpleClassesChain]
+	switch w.masq {
+	case backends.MasqueradeAll:
+		simple.Rules = append(simple.Rules, Rule{Exprs: []Expr{Verdict{Jump, markMasqChain}}})
+	case backends.MasqueradeOffCluster:
+		simple.Rules = append(simple.Rules, Rule{Exprs: []Expr{
+			AddrMatch{Family: fam, Field: SAddr, Neg: true, Prefixes: w.podCIDRs}, Verdict{Jump, markMasqChain}}})
+	}
+	for _, bc := range simpleClasses {
+		f.Sets = append(f.Sets, &Set{Name: bc.simpleSet(), Key: simpleKey,
+			Comment: "simple service entries of " + bc.name()})
+		simple.Rules = append(simple.Rules, Rule{Exprs: []Expr{
+			KeySetMatch{Family: fam, Key: dispatchKey, Set: bc.simpleSet()}, Verdict{Goto, bc.name()}}})
+	}
+
 	chains[clusterIPsCheckChain].Rules = []Rule{{
 		Exprs:   []Expr{SetMatch{fam, DAddr, clusterIPsSet}, Reject{}},
 		Comment: "Reject traffic to invalid ports of ClusterIPs",
@@ -250,6 +271,8 @@ func (p *planner) global(s *backends.State, classes map[bucketClass]bool) *Fragm
 	chains[firewallCheckChain].Rules = []Rule{{Exprs: []Expr{VMap{Family: fam, Key: dispatchKey, Map: firewallIPsMap}}}}
 	chains[servicesChain].Rules = []Rule{
 		{Exprs: []Expr{VMap{Family: fam, Key: dispatchKey, Map: serviceIPsMap}}},
+		// After service-ips: other service entries pay no extra lookup.
+		{Exprs: []Expr{KeySetMatch{Family: fam, Key: dispatchKey, Set: simpleServicesSet}, Verdict{Goto, simpleClassesChain}}},
 		{Exprs: append(slices.Clone(nodePortMatch), VMap{Family: fam, Key: nodePortKey, Map: serviceNodePortsMap})},
 	}
 
@@ -317,6 +340,10 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 	firewall := svc.FirewallSources(w.nodeIPs)
 	usesFirewall := firewall != nil
 	frontends := svc.Frontends()
+	if bc, ng, ok := simpleClass(svc, internal, frontends); ok {
+		p.simpleService(f, svc, bc, ng, internal.Endpoints)
+		return f
+	}
 	for _, fe := range frontends {
 		switch fe.Kind {
 		case backends.FrontendClusterIP:
@@ -548,6 +575,44 @@ func (p *planner) service(w *stateWide, svc *backends.Service) *Fragment {
 		f.Chains = append(f.Chains, c)
 	}
 	return f
+}
+
+// simpleClass reports whether svc, whose internal route and frontends are
+// given, is a simple service port (see simpleServicesSet), and returns its
+// bucket class and buckets.
+func simpleClass(svc *backends.Service, internal backends.Route, frontends []backends.Frontend) (bucketClass, Numgen, bool) {
+	if len(frontends) != 1 || internal.Verdict != backends.Forward || svc.AffinityTimeout > 0 {
+		return bucketClass{}, Numgen{}, false
+	}
+	ng := numgen(internal.Endpoints, func(int) string { return "" })
+	if ng.Mod < 1 || ng.Mod > presetBuckets {
+		return bucketClass{}, Numgen{}, false
+	}
+	return bucketClass{local: internal.Local, w: ng.Mod}, ng, true
+}
+
+// simpleService adds the elements of a simple service port of class bc,
+// whose endpoints eps ng spreads over its buckets: its ClusterIP in
+// cluster-ips, its entry in simple-services and in the set of its class,
+// and, as a policy chain's, its buckets and hairpin pairs. No chain, no
+// rule, no verdict: a new simple service port, or an endpoint change of
+// one, adds and deletes data elements only.
+func (p *planner) simpleService(f *Fragment, svc *backends.Service, bc bucketClass, ng Numgen, eps []backends.Endpoint) {
+	k := ElemKey{Addr: svc.ClusterIP, Proto: svc.Protocol.Number(), Port: svc.Port}
+	f.addElement(Element{Set: clusterIPsSet, Key: ElemKey{Addr: svc.ClusterIP}})
+	f.addElement(Element{Set: simpleServicesSet, Key: k})
+	f.addElement(Element{Set: bc.simpleSet(), Key: k})
+	f.classes = append(f.classes, bc)
+	buckets := bc.name()
+	for i, t := range ng.Targets {
+		ep := &eps[i]
+		f.addElement(Element{Set: hairpinSet, Key: ElemKey{Addr: ep.Addr, Addr2: ep.Addr}})
+		to := netip.AddrPortFrom(ep.Addr, ep.Port)
+		for b := t.Lo; b <= t.Hi; b++ {
+			k.Bucket = b
+			f.addElement(Element{Set: buckets, Key: k, To: to})
+		}
+	}
 }
 
 // noEndpointVerdict is the verdict of a route that does not forward.

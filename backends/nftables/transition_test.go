@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -326,8 +327,10 @@ func TestFakeValidates(t *testing.T) {
 		return op{kind: opAddRule, name: chain, rule: &Rule{Exprs: exprs}}
 	}
 	serviceIPs := &Set{Name: serviceIPsMap, Key: []KeyType{KeyIPv4Addr, KeyInetProto, KeyInetService}, Map: true}
-	key := ElemKey{Addr: ip("10.96.0.10"), Proto: protoTCP, Port: 80}
-	webChain := "service-AXK6CI2C-demo/web/tcp/http"
+	// sticky has affinity, so a policy chain and endpoint chains (web
+	// is a simple service port: no chain).
+	key := ElemKey{Addr: ip("10.96.0.12"), Proto: protoTCP, Port: 80}
+	webChain := clusterChainPrefix + hashed("demo/sticky/tcp/http")
 	tests := []struct {
 		name string
 		ops  []op
@@ -338,6 +341,10 @@ func TestFakeValidates(t *testing.T) {
 		{"jump to a base chain", []op{rule(servicesChain, Verdict{Jump, natOutputChain})}, syscall.EOPNOTSUPP},
 		{"lookup in a missing set", []op{rule(servicesChain, SetMatch{backends.IPv4, DAddr, "nope"}, Verdict{Kind: Drop})}, syscall.ENOENT},
 		{"vmap lookup in a plain set", []op{rule(servicesChain, VMap{Family: backends.IPv4, Key: dispatchKey, Map: clusterIPsSet})}, syscall.EINVAL},
+		{"key lookup in a map", []op{rule(servicesChain, KeySetMatch{Family: backends.IPv4, Key: dispatchKey, Set: serviceIPsMap}, Verdict{Kind: Drop})}, syscall.EINVAL},
+		{"key lookup of another type", []op{rule(servicesChain, KeySetMatch{Family: backends.IPv4, Key: nodePortKey, Set: simpleServicesSet}, Verdict{Kind: Drop})}, syscall.EINVAL},
+		{"key lookup in a missing set", []op{rule(servicesChain, KeySetMatch{Family: backends.IPv4, Key: dispatchKey, Set: "nope"}, Verdict{Kind: Drop})}, syscall.ENOENT},
+		{"delete a set a key lookup uses", []op{{kind: opDeleteSet, name: simpleServicesSet}}, syscall.EBUSY},
 		{"delete a chain a map element uses", []op{{kind: opFlushChain, name: webChain}, {kind: opDeleteChain, name: webChain}}, syscall.EBUSY},
 		{"delete a set a rule uses", []op{{kind: opDeleteSet, name: clusterIPsSet}}, syscall.EBUSY},
 		{"delete a missing element", []op{{kind: opDeleteElements, set: serviceIPs, elems: []Element{{Key: ElemKey{Addr: ip("10.96.9.9"), Proto: protoTCP, Port: 80}}}}}, syscall.ENOENT},
@@ -439,5 +446,52 @@ func TestDiffEndpointCountOnlyElements(t *testing.T) {
 			}
 		}
 		prev = rs
+	}
+}
+
+// TestDiffSimpleServiceDataOnly: a simple service port's arrival, its
+// change of endpoint count (10, 9, 10: W changes) and its departure
+// are data elements only: no chain, no rule, no set, and no element with
+// a verdict, any of which makes the kernel validate the whole chain graph
+// at commit. And the table each transaction makes equals a fresh build.
+func TestDiffSimpleServiceDataOnly(t *testing.T) {
+	base := largeState(100, 10)
+	with := func(eps int) *backends.State {
+		s := largeState(101, eps)
+		s.Services = append(slices.Clone(base.Services), s.Services[100])
+		return s
+	}
+	states := []*backends.State{base, with(10), with(9), with(10), base}
+	f := NewFake()
+	b := newFakeBackend(t, f, backends.IPv4)
+	ctx := context.Background()
+	if err := b.Sync(ctx, states[0]); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range states[1:] {
+		prev := b.programmed
+		rs := b.planner.plan(s)
+		tx := Diff(prev, rs)
+		for _, o := range tx.ops {
+			switch o.kind {
+			case opAddElements, opDeleteElements:
+				for _, e := range o.elems {
+					if o.set.Map || e.Value.Kind != VerdictNone {
+						t.Errorf("step %d: element %s of verdict map %s", i+1, e.Key.string(o.set.Key), o.set.Name)
+					}
+				}
+			default:
+				t.Errorf("step %d: not a data element:\n%s", i+1, (&Transaction{Family: tx.Family, Table: tx.Table, ops: []op{o}}).String())
+			}
+		}
+		if tx.Len() == 0 {
+			t.Errorf("step %d: no operation", i+1)
+		}
+		if err := b.Sync(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := f.Dump(), fresh(t, s); got != want {
+			t.Fatalf("step %d differs from a fresh build:\n%s", i+1, lineDiff(want, got))
+		}
 	}
 }
