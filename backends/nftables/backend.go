@@ -47,6 +47,7 @@ type Backend struct {
 	cfg        config
 	k          kernel
 	planner    *planner
+	validator  validator
 	programmed *Ruleset // nil: not known, the next Sync rebuilds
 	closed     bool
 	stats      stats
@@ -100,7 +101,7 @@ func NewWithFake(o Opts, f *Fake) (*Backend, error) {
 }
 
 func newBackend(cfg config, k kernel) *Backend {
-	return &Backend{cfg: cfg, k: k, planner: newPlanner(cfg)}
+	return &Backend{cfg: cfg, k: k, planner: newPlanner(cfg), validator: validator{family: cfg.family}}
 }
 
 func (o Opts) config() (config, error) {
@@ -141,7 +142,7 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := validate(b.cfg.family, s); err != nil {
+	if err := b.validator.validate(s); err != nil {
 		return err
 	}
 	b.stats.syncs++

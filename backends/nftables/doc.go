@@ -30,6 +30,51 @@
 // bucket-classes maps are looked up by one chain, not by every policy
 // chain.
 //
+// # Simple service ports
+//
+// Most service ports are "simple": a ClusterIP and nothing else (no
+// NodePort, external IP or load-balancer VIP), endpoints for the internal
+// traffic policy, no affinity, and W = 1..16 buckets. A simple service port
+// has no chain and no verdict element at all, so that its arrival, its
+// departure and its endpoint changes (W included) are data elements only,
+// and the kernel never validates the chain graph for them: such a change
+// costs the same at 30k service ports as at 1k. Its entry "ClusterIP .
+// proto . port" is an element of the set simple-services and of the set
+// simple-<kind>-<W> of its bucket class; its buckets and hairpin pairs are
+// those of a policy chain (buckets-<kind>-<W>, hairpin-endpoints). The
+// chain services, after its service-ips lookup, goes to the chain
+// simple-classes for a simple entry:
+//
+//	ip daddr . meta l4proto . th dport @simple-services goto simple-classes
+//
+// simple-classes holds the masquerade rule a policy chain starts with,
+// once for all simple ports (the rule tests the source address only, and
+// the State says the same for every ClusterIP: ip saddr != { pod CIDRs },
+// all with MasqueradeAll, none without pod CIDRs), then one rule per class,
+// cluster W = 1..16 first, then local W = 1..16:
+//
+//	ip daddr . meta l4proto . th dport @simple-cluster-3 goto buckets-cluster-3
+//
+// These sets and rules always exist, so a change adds none of them. A
+// port that stops being simple (a NodePort added, affinity switched on,
+// 17 buckets) gets its chains and verdict elements, and loses its simple
+// elements, in the same transaction, and the other way round.
+//
+// Per packet (the nat chains see the first packet of a connection only):
+// a new connection to a simple service port does the service-ips lookup
+// (a miss), the simple-services lookup, the masquerade rule, and one set
+// lookup per class rule up to its own: W lookups for the cluster kind,
+// 16 + W for the local one, each a hash lookup of a 12-byte (IPv4) or
+// 24-byte (IPv6) key, before the same DNAT map lookup as a policy chain's.
+// A policy chain costs a vmap lookup, the masquerade rule, a goto and the
+// bucket-classes vmap lookup instead. Other service ports find their
+// entry in service-ips first and pay nothing more; a packet to no
+// Service pays one hash lookup more (simple-services, a miss) before the
+// NodePort rule (a fib or set lookup and a vmap lookup). A key that a
+// simple port and another port both claim (another Service's external IP
+// equal to a ClusterIP, same protocol and port) goes to the other port,
+// whose service-ips element is looked up first.
+//
 // # Structure
 //
 // The package keeps the deterministic parts apart from the kernel:
@@ -39,7 +84,11 @@
 //     is nft syntax.
 //   - plan.go: Plan, a pure function from a State to a Ruleset, made of a
 //     global Fragment and one Fragment per service port. The Backend's
-//     planner reuses the Fragment of a service port that did not change.
+//     planner reuses the Fragment of a service port that did not change,
+//     told by identity (the same slices: a State is never modified once
+//     given to a Backend) before equality, and validate.go checks only the
+//     service ports that changed, so that the Go side of a change costs a
+//     few comparisons per unchanged service port.
 //   - diff.go: Diff, from two Rulesets to one Transaction: chains whose
 //     rules changed are flushed and rewritten, map and set elements added
 //     and deleted one by one, stale chains and sets deleted. Fragments the

@@ -3,6 +3,7 @@ package nftables
 import (
 	"net/netip"
 	"slices"
+	"unsafe"
 
 	"github.com/wasp-proxy/wasp/backends"
 )
@@ -25,17 +26,16 @@ func Plan(family backends.Family, table string, masqueradeBit int, s *backends.S
 // inputs it depends on stay the same. Reuse only saves work: plan(s)
 // returns what Plan returns.
 type planner struct {
-	cfg   config
-	wide  stateWide
-	cache map[string]*cached // by service key
-	last  *Ruleset           // the last plan, whose element index the next one starts from
+	cfg  config
+	wide stateWide
+	last *Ruleset // the last plan, whose element index the next one starts from
+	// svcs are the service ports of last.Services, one for one: the
+	// caller's, which a State never modifies (backends.Backend), so
+	// that an unchanged port is told by identity rather than by
+	// comparing its endpoints. nil when the state-wide inputs changed.
+	svcs []*backends.Service
 
 	scratch []elem // where service builds a fragment's elements
-}
-
-type cached struct {
-	svc  backends.Service // deep copy of the input
-	frag *Fragment
 }
 
 func newPlanner(cfg config) *planner {
@@ -59,28 +59,45 @@ func (p *planner) plan(s *backends.State) *Ruleset {
 		podCIDRs: backends.NormalizePrefixes(s.ClusterCIDRs),
 		nodeIPs:  backends.SortedAddrs(s.NodeIPs),
 	}
-	old := p.cache
-	if !wide.equal(&p.wide) {
-		old = nil
+	prev := p.svcs
+	if !wide.equal(&p.wide) || p.last == nil {
+		prev = nil
 	}
 	p.wide = wide
-	p.cache = make(map[string]*cached, len(s.Services))
 
+	// A walk of the service ports, sorted by key, beside the last
+	// plan's: a port identical to the one at the same place costs a few
+	// comparisons, so that a change costs the same at any scale.
 	rs := &Ruleset{Family: p.cfg.family, Table: p.cfg.table}
-	rs.Services = make([]*Fragment, 0, len(s.Services))
+	rs.Services = make([]*Fragment, len(s.Services))
+	svcs := make([]*backends.Service, len(s.Services))
 	classes := map[bucketClass]bool{}
+	j := 0
 	for i := range s.Services {
 		svc := &s.Services[i]
-		c, ok := old[svc.Key]
-		if !ok || !serviceEqual(&c.svc, svc) {
-			c = &cached{svc: cloneService(svc), frag: p.service(&wide, svc)}
+		var frag *Fragment
+		if j < len(prev) && prev[j].Key != svc.Key {
+			for j < len(prev) && prev[j].Key < svc.Key {
+				j++
+			}
 		}
-		p.cache[svc.Key] = c
-		rs.Services = append(rs.Services, c.frag)
-		for _, bc := range c.frag.classes {
-			classes[bc] = true
+		if j < len(prev) && prev[j].Key == svc.Key {
+			if identical(prev[j], svc) || serviceEqual(prev[j], svc) {
+				frag = p.last.Services[j]
+			}
+			j++
+		}
+		if frag == nil {
+			frag = p.service(&wide, svc)
+		}
+		rs.Services[i], svcs[i] = frag, svc
+		for _, bc := range frag.classes {
+			if bc.w > presetBuckets { // the global fragment has the others
+				classes[bc] = true
+			}
 		}
 	}
+	p.svcs = svcs
 	rs.Global = p.global(s, &wide, classes)
 	if p.last != nil && p.last.Family == rs.Family && p.last.Table == rs.Table {
 		rs.indexFrom(p.last)
@@ -646,9 +663,28 @@ func serviceEqual(a, b *backends.Service) bool {
 	return a.Equal(&c)
 }
 
-// cloneService deep-copies the fields the plan reads.
-func cloneService(s *backends.Service) backends.Service {
-	c := *s
-	c.Serving = nil // not planned
-	return c.Clone()
+// identical reports whether a and b are the same service port by
+// identity: equal fields, and the same slices (array and length; nil and
+// empty apart). A State is never modified once given to a Backend, so
+// identical service ports are equal, and telling so costs the same
+// whatever their number of endpoints. TestIdenticalCoversEveryField
+// checks that it reads every field.
+func identical(a, b *backends.Service) bool {
+	if a == b {
+		return true
+	}
+	return a.Key == b.Key && a.Namespace == b.Namespace && a.Name == b.Name && a.PortName == b.PortName &&
+		a.Protocol == b.Protocol && a.ClusterIP == b.ClusterIP && a.Port == b.Port && a.NodePort == b.NodePort &&
+		sameSlice(a.ExternalIPs, b.ExternalIPs) && sameSlice(a.LoadBalancerVIPs, b.LoadBalancerVIPs) &&
+		sameSlice(a.LoadBalancerSourceRanges, b.LoadBalancerSourceRanges) &&
+		a.AffinityTimeout == b.AffinityTimeout && a.HealthCheckNodePort == b.HealthCheckNodePort &&
+		a.InternalPolicyLocal == b.InternalPolicyLocal && a.ExternalPolicyLocal == b.ExternalPolicyLocal &&
+		a.HasAnyEndpoints == b.HasAnyEndpoints && sameSlice(a.Cluster, b.Cluster) && sameSlice(a.Local, b.Local) &&
+		sameSlice(a.Serving, b.Serving)
+}
+
+// sameSlice reports whether a and b are the same slice: both nil, or the
+// same array and length.
+func sameSlice[T any](a, b []T) bool {
+	return len(a) == len(b) && (a == nil) == (b == nil) && unsafe.SliceData(a) == unsafe.SliceData(b)
 }

@@ -3,6 +3,7 @@ package nftables
 import (
 	"context"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -172,5 +173,47 @@ func TestFirewallNodeException(t *testing.T) {
 				t.Errorf("no %q in\n%s", tt.want, got)
 			}
 		})
+	}
+}
+
+// TestIdenticalCoversEveryField: identical reads every field of a service
+// port: a copy with any one field changed (a slice to a copy of it) is
+// not identical, so the planner never reuses the plan of a changed port.
+func TestIdenticalCoversEveryField(t *testing.T) {
+	base := goldenState4().Services[0]
+	base.ExternalIPs = []netip.Addr{ip("192.0.2.1")}
+	base.LoadBalancerVIPs = []netip.Addr{ip("192.0.2.2")}
+	base.LoadBalancerSourceRanges = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
+	base.Local = []backends.Endpoint{ep("10.244.1.10", 1)}
+	base.Serving = []netip.Addr{ip("10.244.1.10")}
+	if c := base; !identical(&base, &c) {
+		t.Fatal("a copy is not identical")
+	}
+	v := reflect.ValueOf(&base).Elem()
+	for i := range v.NumField() {
+		c := base
+		f := reflect.ValueOf(&c).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(f.String() + "x")
+		case reflect.Bool:
+			f.SetBool(!f.Bool())
+		case reflect.Uint8, reflect.Uint16, reflect.Uint32:
+			f.SetUint(f.Uint() + 1)
+		case reflect.Slice:
+			f.Set(reflect.AppendSlice(reflect.MakeSlice(f.Type(), 0, f.Len()), f)) // equal, another array
+		case reflect.Struct: // netip.Addr
+			f.Set(reflect.ValueOf(ip("10.96.9.9")))
+		default:
+			t.Fatalf("field %s of kind %s: teach this test to change it", v.Type().Field(i).Name, f.Kind())
+		}
+		if identical(&base, &c) {
+			t.Errorf("field %s changed, still identical", v.Type().Field(i).Name)
+		}
+	}
+	var nilSet, emptySet backends.Service
+	emptySet.Cluster = []backends.Endpoint{}
+	if identical(&nilSet, &emptySet) {
+		t.Error("a nil and an empty endpoint set are identical")
 	}
 }

@@ -237,6 +237,58 @@ func TestSyncValidates(t *testing.T) {
 	}
 }
 
+// TestSyncValidatesChanges: after a valid State, the next is checked
+// through the service ports that changed, and refused as a whole
+// validation would refuse it, naming the culprit by its place in it.
+func TestSyncValidatesChanges(t *testing.T) {
+	ctx := context.Background()
+	good := goldenState4()
+	tests := []struct {
+		name   string
+		change func(s *backends.State)
+		want   string // "": valid
+	}{
+		{"unchanged", func(s *backends.State) {}, ""},
+		{"an endpoint of weight 0", func(s *backends.State) {
+			s.Services[3].Cluster = []backends.Endpoint{{Addr: ip("10.244.1.1"), Port: 80}}
+		}, `services[3] "` + good.Services[3].Key + `": cluster[0].weight: 0`},
+		{"two identical ports swapped", func(s *backends.State) {
+			s.Services[1], s.Services[2] = s.Services[2], s.Services[1]
+		}, "services[2]"},
+		{"an identical port repeated", func(s *backends.State) {
+			s.Services = append(s.Services[:2:2], s.Services[1:]...)
+		}, "key: duplicate of services[1]"},
+		{"a port removed", func(s *backends.State) { s.Services = s.Services[1:] }, ""},
+		{"a new port out of order", func(s *backends.State) {
+			n := s.Services[0]
+			n.Key = "zz/" + n.Key
+			s.Services = append([]backends.Service{n}, s.Services...)
+		}, "not sorted"},
+		{"state-wide", func(s *backends.State) { s.NodeIPs = []netip.Addr{ip("fd00::1")} }, "nodeIPs"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newFakeBackend(t, NewFake(), backends.IPv4)
+			if err := b.Sync(ctx, good); err != nil {
+				t.Fatal(err)
+			}
+			s := *good
+			s.Services = slices.Clone(good.Services) // the same endpoint slices: identical
+			tt.change(&s)
+			err := b.Sync(ctx, &s)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("got %v, want no error", err)
+			case tt.want != "" && (!errors.Is(err, ErrInvalidState) || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("got %v, want ErrInvalidState mentioning %q", err, tt.want)
+			}
+			if full := validate(backends.IPv4, &s); (full == nil) != (err == nil) || (full != nil && full.Error() != err.Error()) {
+				t.Errorf("got %v, a whole validation %v", err, full)
+			}
+		})
+	}
+}
+
 func TestCleanupAndClose(t *testing.T) {
 	ctx := context.Background()
 	f := NewFake()
