@@ -168,27 +168,43 @@ func testGuestMemoryFlat(t *testing.T, b builds.Build) {
 	}
 }
 
-// TestShrinkAfterSplit: a batch split across instances leaves each module
-// with its grown instances discarded; a small batch does not.
+// TestShrinkAfterSplit: a batch split across instances leaves each
+// module's grown instances in place for the next large batch; the next
+// batch that is not split, or Release, discards them. A small batch alone
+// shrinks nothing.
 func TestShrinkAfterSplit(t *testing.T) {
 	eachBuild(t, testShrinkAfterSplit)
 }
 
 func testShrinkAfterSplit(t *testing.T, b builds.Build) {
+	ctx := context.Background()
 	node, sps := referencetest.Batch(3, 2000, benchEndpoints)
 	ps := ports(sps)
 	p, mods := defaults(t, b, runtime.Config{}, runtime.Limits{Instances: 2})
-	p.Run(context.Background(), node, ps[:1])
-	for _, st := range abi.Stages {
-		if n := mods[st].Stats().Shrunk; n != 0 {
-			t.Errorf("%s: %d instances shrunk after a one-port batch; want 0", st, n)
+	var last [len(abi.Stages) + 1]uint64
+	// shrunk checks whether each module discarded instances since the
+	// last check.
+	shrunk := func(when string, want bool) {
+		t.Helper()
+		for _, st := range abi.Stages {
+			n := mods[st].Stats().Shrunk
+			if got := n > last[st]; got != want {
+				t.Errorf("%s: %d instances shrunk %s, %d before; want shrunk %v", st, n, when, last[st], want)
+			}
+			last[st] = n
 		}
 	}
-	p.Run(context.Background(), node, ps)
-	checkAgainstReference(t, b, node, sps, p.Run(context.Background(), node, ps))
-	for _, st := range abi.Stages {
-		if n := mods[st].Stats().Shrunk; n < 2 {
-			t.Errorf("%s: %d instances shrunk after two batches split in two; want 2 or more", st, n)
-		}
-	}
+	p.Run(ctx, node, ps[:1])
+	shrunk("after a one-port batch", false)
+	p.Run(ctx, node, ps)
+	checkAgainstReference(t, b, node, sps, p.Run(ctx, node, ps))
+	shrunk("after two batches split in two, kept for the next", false)
+	checkAgainstReference(t, b, node, sps[:1], p.Run(ctx, node, ps[:1]))
+	shrunk("after a one-port batch following split ones", true)
+	p.Run(ctx, node, ps)
+	shrunk("after a batch split in two", false)
+	p.Release(ctx)
+	shrunk("after Release following a split batch", true)
+	p.Release(ctx)
+	shrunk("after a second Release", false)
 }

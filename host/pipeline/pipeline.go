@@ -196,6 +196,9 @@ type Pipeline struct {
 	now        func() time.Time
 
 	workers []worker
+	// grown: a batch split across instances grew the workers' buffers
+	// and the modules' instances, and Release has not run since.
+	grown bool
 }
 
 // worker holds per-goroutine scratch buffers.
@@ -252,6 +255,7 @@ func (p *Pipeline) SetModules(mods [len(abi.Stages) + 1]Module, policies [len(ab
 	}
 	p.opts.Modules, p.opts.Policies = mods, policies
 	p.workers = make([]worker, workers(mods))
+	p.grown = false // the old modules are the caller's to close
 }
 
 // fallbackOf is why a port is served by a fallback.
@@ -305,22 +309,36 @@ func (p *Pipeline) reportFallbacks() {
 //
 // A batch large enough to be split across instances (a full recompute)
 // leaves every instance's linear memory and every worker's buffers sized
-// for its share; such batches are rare, so afterwards Run gives that
-// memory back: the buffers are dropped and the modules shrink their pools
-// to one fresh instance each (runtime.Module.Shrink). The next large batch
-// pays a few instantiations, milliseconds against its seconds.
+// for its share. Run keeps them for the next batch, which is often as
+// large (the other IP family of the same sync, or the next full
+// recompute), and gives that memory back at the first batch that is not
+// split, or when Release is called: the buffers are dropped and the
+// modules shrink their pools to one fresh instance each
+// (runtime.Module.Shrink). See RATIONALE.md, "Why keep the buffers of a
+// full recompute until the next small batch?".
 func (p *Pipeline) Run(ctx context.Context, node abi.Node, ports []Port) []Result {
 	results, split := p.run(ctx, node, ports)
-	if split {
-		p.release(ctx)
+	switch {
+	case split:
+		p.grown = true
+	case p.grown:
+		p.Release(ctx)
 	}
 	p.reportFallbacks()
 	return results
 }
 
-// release drops the workers' scratch buffers and shrinks the modules'
-// instance pools.
-func (p *Pipeline) release(ctx context.Context) {
+// Release drops the workers' scratch buffers and shrinks the modules'
+// instance pools to one fresh instance each, if a batch split across
+// instances grew them. A caller that is done with large batches for a
+// while (the end of a full sync) calls it to give that memory back at
+// once; otherwise the next batch that is not split does. It must not be
+// called while Run runs.
+func (p *Pipeline) Release(ctx context.Context) {
+	if !p.grown {
+		return
+	}
+	p.grown = false
 	clear(p.workers)
 	for _, stage := range abi.Stages {
 		m, ok := p.opts.Modules[stage].(shrinker)
@@ -334,7 +352,7 @@ func (p *Pipeline) release(ctx context.Context) {
 	}
 }
 
-// run is Run without the release; split reports whether a stage was split
+// run is Run without the release of memory; split reports whether a stage was split
 // across instances.
 func (p *Pipeline) run(ctx context.Context, node abi.Node, ports []Port) (_ []Result, split bool) {
 	n := len(ports)

@@ -80,6 +80,10 @@ func (p *Proxy) sync(ctx context.Context) error {
 	p.needFull = true
 
 	evaluated, err := p.evaluate(ctx, ch, &full)
+	// The memory a large evaluation grew in the pipeline goes back before
+	// the backends build their transactions: syncs are far apart next to
+	// a recompute.
+	p.opts.Pipeline.Release(ctx)
 	if err == nil && (full || ch.serviceCIDRs) {
 		p.serviceCIDRUnion, err = p.serviceCIDRs(ctx)
 	}
