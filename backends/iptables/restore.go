@@ -16,9 +16,10 @@ type restoreInput struct {
 // writeRestore writes the iptables-restore input (for "--noflush") of in:
 // the nat table, then the filter table, each only if it has something to
 // write. In each, "*table", a declaration of every chain it writes (which,
-// with --noflush, creates the chain or flushes it), then their rules in
-// order, then "-X" for each stale chain, declared too so that it is
-// flushed before its deletion, and "COMMIT".
+// with --noflush, creates the chain or flushes it) and of every stale
+// chain (so that it is flushed before its deletion), by name; then the
+// rules of the chains it writes, in order; then "-X" for each stale
+// chain, and "COMMIT".
 //
 // Each table's section commits on its own, so nat comes first: the rules
 // a kernel may refuse (statistic, recent, DNAT) are there, and when it
@@ -37,10 +38,17 @@ func writeRestore(b *strings.Builder, in *restoreInput) {
 
 func writeTable(b *strings.Builder, table string, chains []*Chain, stale []string) {
 	b.WriteString("*" + table + "\n")
+	// Declared in the order of their names: iptables-nft-restore takes
+	// 4.7 s for 10k service ports' chains declared so, 9.2 s for the same
+	// declared in the order of their service ports (iptables-legacy-restore
+	// 0.8 s either way).
+	names := make([]string, 0, len(chains)+len(stale))
 	for _, c := range chains {
-		b.WriteString(":" + c.Name + " - [0:0]\n")
+		names = append(names, c.Name)
 	}
-	for _, name := range stale {
+	names = append(names, stale...)
+	slices.Sort(names)
+	for _, name := range names {
 		b.WriteString(":" + name + " - [0:0]\n")
 	}
 	for _, c := range chains {

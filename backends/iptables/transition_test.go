@@ -159,7 +159,7 @@ func TestPartialSyncWritesOnlyChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	in = f.lastRestore()
-	if got, want := slices.DeleteFunc(declared(in)[TableNAT], isServiceChain), []string{ChainServices, ChainNodePorts}; !slices.Equal(got, want) {
+	if got, want := slices.DeleteFunc(declared(in)[TableNAT], isServiceChain), []string{ChainNodePorts, ChainServices}; !slices.Equal(got, want) {
 		t.Errorf("a new service port with a NodePort writes fixed chains %v, want %v:\n%s", got, want, in)
 	}
 	if _, ok := declared(in)[TableFilter]; ok {
