@@ -67,23 +67,7 @@ func randomBatch(r *rand.Rand, stage abi.Stage) *abi.Batch {
 	}
 	if stage != abi.StageTopology {
 		for _, p := range b.Ports {
-			n := len(p.Endpoints)
-			set := func() abi.Indices {
-				if r.IntN(4) == 0 {
-					return nil
-				}
-				s := abi.Indices{}
-				for i := range n {
-					if r.IntN(2) == 0 {
-						s = append(s, uint32(i))
-					}
-				}
-				return s
-			}
-			b.Decisions = append(b.Decisions, abi.Decision{
-				Mode: abi.TopologyMode(r.IntN(3)), Eligible: set(), Cluster: set(), Local: set(), All: set(),
-				HasAnyEndpoints: r.IntN(2) == 0,
-			})
+			b.Decisions = append(b.Decisions, randomDecision(r, len(p.Endpoints)))
 		}
 	}
 	return b
@@ -124,6 +108,101 @@ func TestBatchRoundTrip(t *testing.T) {
 		if want := normalize(b); !reflect.DeepEqual(got, want) {
 			t.Fatalf("case %d: round trip mismatch\n got: %+v\nwant: %+v", i, got, want)
 		}
+	}
+}
+
+// TestRewriteDecisions: rewriting the stage and decisions of an encoded
+// batch gives the bytes of encoding the batch with them, whatever the
+// decisions were before (more indices, fewer, none).
+func TestRewriteDecisions(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var enc abi.Encoder
+	var buf, want []byte
+	for i := range 2000 {
+		b := randomBatch(r, abi.StageTopology)
+		var err error
+		if buf, err = enc.Encode(buf[:0], b); err != nil {
+			t.Fatalf("case %d: encode: %v", i, err)
+		}
+		// Each later stage's decisions replace the previous ones, as in a
+		// chain; the ports and node stay.
+		for _, stage := range []abi.Stage{abi.StageTrafficPolicy, abi.StageEndpointSelection, abi.StageTopology} {
+			next := *b
+			next.Stage = stage
+			if stage != abi.StageTopology {
+				next.Decisions = make([]abi.Decision, 0, len(b.Ports))
+				for _, p := range b.Ports {
+					next.Decisions = append(next.Decisions, randomDecision(r, len(p.Endpoints)))
+				}
+			} else {
+				next.Decisions = nil
+			}
+			if buf, err = abi.RewriteDecisions(buf, stage, next.Decisions); err != nil {
+				t.Fatalf("case %d %s: rewrite: %v", i, stage, err)
+			}
+			if want, err = enc.Encode(want[:0], &next); err != nil {
+				t.Fatalf("case %d %s: encode: %v", i, stage, err)
+			}
+			if !bytes.Equal(buf, want) {
+				t.Fatalf("case %d %s: rewritten batch differs from its encoding\ngot  %x\nwant %x", i, stage, buf, want)
+			}
+		}
+	}
+}
+
+// randomDecision is a decision over n endpoints.
+func randomDecision(r *rand.Rand, n int) abi.Decision {
+	set := func() abi.Indices {
+		if r.IntN(4) == 0 {
+			return nil
+		}
+		s := abi.Indices{}
+		for i := range n {
+			if r.IntN(2) == 0 {
+				s = append(s, uint32(i))
+			}
+		}
+		return s
+	}
+	return abi.Decision{
+		Mode: abi.TopologyMode(r.IntN(3)), Eligible: set(), Cluster: set(), Local: set(), All: set(),
+		HasAnyEndpoints: r.IntN(2) == 0,
+	}
+}
+
+func TestRewriteDecisionsRejects(t *testing.T) {
+	var enc abi.Encoder
+	r := rand.New(rand.NewPCG(5, 6))
+	b := randomBatch(r, abi.StageTopology)
+	for len(b.Ports) == 0 {
+		b = randomBatch(r, abi.StageTopology)
+	}
+	buf, err := enc.Encode(nil, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		buf       []byte
+		decisions []abi.Decision
+		want      string
+	}{
+		{"short", buf[:abi.HeaderSize-1], nil, "not an encoded batch"},
+		{"truncated", buf[:len(buf)-4], nil, "not an encoded batch"},
+		{"output, not input", []byte(strings.Repeat("\x00", abi.HeaderSize)), nil, "not an encoded batch"},
+		{"decision count", buf, make([]abi.Decision, len(b.Ports)+1), "decisions for a batch of"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := append([]byte(nil), tc.buf...)
+			_, err := abi.RewriteDecisions(in, abi.StageTrafficPolicy, tc.decisions)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+			if !bytes.Equal(in, tc.buf) {
+				t.Errorf("the rejected buffer was changed")
+			}
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package abi
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 )
 
@@ -59,11 +60,98 @@ func measure(b *Batch) (n batchSize, err error) {
 			}
 		}
 	}
-	for i := range b.Decisions {
-		d := &b.Decisions[i]
-		n.indices += len(d.Eligible) + len(d.Cluster) + len(d.Local) + len(d.All)
-	}
+	n.indices = indexCount(b.Decisions)
 	return n, nil
+}
+
+// indexCount is how many endpoint indices the sets of decisions hold.
+func indexCount(decisions []Decision) (n int) {
+	for i := range decisions {
+		d := &decisions[i]
+		n += len(d.Eligible) + len(d.Cluster) + len(d.Local) + len(d.All)
+	}
+	return n
+}
+
+// putDecisions writes the records of ports decisions at decisionsOff in
+// buf, and their sets at indicesOff; decisions is empty (every decision
+// zero, sets nil) or has one per port. Every byte of a record but the
+// reserved ones is written.
+func putDecisions(buf []byte, decisionsOff, indicesOff, ports int, decisions []Decision) {
+	idx := 0
+	putSet := func(o int, s Indices) {
+		if s == nil {
+			le.PutUint32(buf[o:], 0)
+			le.PutUint32(buf[o+4:], NilCount)
+			return
+		}
+		le.PutUint32(buf[o:], uint32(idx))
+		le.PutUint32(buf[o+4:], uint32(len(s)))
+		for _, v := range s {
+			le.PutUint32(buf[indicesOff+idx*4:], v)
+			idx++
+		}
+	}
+	for i := range ports {
+		o := decisionsOff + i*DecisionSize
+		var d Decision
+		if len(decisions) != 0 {
+			d = decisions[i]
+		}
+		buf[o+decMode] = byte(d.Mode)
+		buf[o+decFlags] = 0
+		if d.HasAnyEndpoints {
+			buf[o+decFlags] = DecisionFlagHasAnyEndpoints
+		}
+		putSet(o+decEligible, d.Eligible)
+		putSet(o+decCluster, d.Cluster)
+		putSet(o+decLocal, d.Local)
+		putSet(o+decAll, d.All)
+	}
+}
+
+// errNotEncoded is RewriteDecisions' error for a buffer that is not a
+// batch as Encode writes it.
+var errNotEncoded = errors.New("not an encoded batch")
+
+// RewriteDecisions changes the stage and the decisions of buf, a batch as
+// Encode wrote it, to stage and decisions, in place, and returns the
+// resized buffer: the same bytes as Encode of the batch with that stage
+// and those decisions, for a fraction of its work, since the decisions
+// and their sets lie after the ports, endpoints, labels and hints, and
+// only the string area after them moves. len(decisions) must be 0 (every
+// decision zero, sets nil) or the batch's port count. It is how the
+// stages of a chain share one encoding of their node and ports.
+func RewriteDecisions(buf []byte, stage Stage, decisions []Decision) ([]byte, error) {
+	if len(buf) < HeaderSize || le.Uint32(buf[hdrMagic:]) != InputMagic || le.Uint32(buf[hdrTotalLen:]) != uint32(len(buf)) {
+		return buf, errNotEncoded
+	}
+	u := func(off int) int { return int(le.Uint32(buf[off:])) }
+	ports, decisionsOff, indicesOff := u(hdrPortCount), u(hdrDecisionsOff), u(hdrIndicesOff)
+	oldStrings, stringsLen := u(hdrStringsOff), u(hdrStringsLen)
+	if len(decisions) != 0 && len(decisions) != ports {
+		return buf, fmt.Errorf("%d decisions for a batch of %d ports", len(decisions), ports)
+	}
+	if indicesOff != decisionsOff+ports*DecisionSize || oldStrings < indicesOff || oldStrings+stringsLen > len(buf) {
+		return buf, fmt.Errorf("%w: tables not in Encode's order", errNotEncoded)
+	}
+	stringsOff := indicesOff + indexCount(decisions)*4
+	total := (stringsOff + stringsLen + 3) &^ 3
+	if uint64(total) > 0xFFFFFFF0 {
+		return buf, fmt.Errorf("batch too large: %d bytes", total)
+	}
+	if total > len(buf) {
+		buf = grow(buf, total-len(buf))
+	}
+	copy(buf[stringsOff:], buf[oldStrings:oldStrings+stringsLen]) // memmove: the areas may overlap
+	buf = buf[:total]
+	clear(buf[stringsOff+stringsLen:]) // padding
+	putDecisions(buf, decisionsOff, indicesOff, ports, decisions)
+	buf[hdrStage] = byte(stage)
+	le.PutUint32(buf[hdrIndexCount:], uint32(stringsOff-indicesOff)/4)
+	le.PutUint32(buf[hdrStringsOff:], uint32(stringsOff))
+	le.PutUint32(buf[hdrTotalLen:], uint32(total))
+	return buf, nil
 }
 
 // Encode appends the encoding of b to dst and returns the extended buffer.
@@ -166,35 +254,7 @@ func (e *Encoder) Encode(dst []byte, b *Batch) ([]byte, error) {
 		}
 	}
 
-	idx := 0
-	putSet := func(o int, s Indices) {
-		if s == nil {
-			le.PutUint32(buf[o:], 0)
-			le.PutUint32(buf[o+4:], NilCount)
-			return
-		}
-		le.PutUint32(buf[o:], uint32(idx))
-		le.PutUint32(buf[o+4:], uint32(len(s)))
-		for _, v := range s {
-			le.PutUint32(buf[indicesOff+idx*4:], v)
-			idx++
-		}
-	}
-	for i := range b.Ports {
-		o := decisionsOff + i*DecisionSize
-		var d Decision
-		if len(b.Decisions) != 0 {
-			d = b.Decisions[i]
-		}
-		buf[o+decMode] = byte(d.Mode)
-		if d.HasAnyEndpoints {
-			buf[o+decFlags] = DecisionFlagHasAnyEndpoints
-		}
-		putSet(o+decEligible, d.Eligible)
-		putSet(o+decCluster, d.Cluster)
-		putSet(o+decLocal, d.Local)
-		putSet(o+decAll, d.All)
-	}
+	putDecisions(buf, decisionsOff, indicesOff, len(b.Ports), b.Decisions)
 
 	total := fixed + len(e.strings)
 	for total%4 != 0 {
