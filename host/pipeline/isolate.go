@@ -52,6 +52,9 @@ type task struct {
 	known *suspect
 	// cause is the failure of the call it is a part of.
 	cause error
+	// chunk is where a chunk of the batch keeps its encoding for the
+	// next stage; nil for the other tasks.
+	chunk *chunkInput
 }
 
 // isolation runs one stage's calls of a Run on up to len(workers)
@@ -165,12 +168,12 @@ func (is *isolation) do(w *worker, t task) []task {
 		is.notIsolated(t.idx, t.cause)
 		return nil
 	}
-	d, err := is.p.call(is.ctx, w, is.mod, is.stage, is.node, is.sps, t.idx, is.decisions, is.errs)
+	d, err := is.p.call(is.ctx, w, is.mod, is.stage, is.node, is.sps, t.idx, is.decisions, is.errs, t.chunk)
 	if runtime.ReasonOf(err) == runtime.ReasonInstantiate && is.ctx.Err() == nil {
 		// No instance ran the ports: a fresh one may start (the last
 		// may have run out of time on a loaded machine).
 		is.charge(d)
-		d, err = is.p.call(is.ctx, w, is.mod, is.stage, is.node, is.sps, t.idx, is.decisions, is.errs)
+		d, err = is.p.call(is.ctx, w, is.mod, is.stage, is.node, is.sps, t.idx, is.decisions, is.errs, t.chunk)
 	}
 	if err == nil {
 		is.set(t.idx, outCalled, nil)

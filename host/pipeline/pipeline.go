@@ -17,7 +17,7 @@ import (
 // implements it.
 type Module interface {
 	// Call runs stage over an encoded batch and appends the raw output to
-	// dst.
+	// dst. It must not modify input: the next stage reuses its encoding.
 	Call(ctx context.Context, stage abi.Stage, input, dst []byte) ([]byte, error)
 	// Instances is how many calls may run at once.
 	Instances() int
@@ -196,6 +196,11 @@ type Pipeline struct {
 	now        func() time.Time
 
 	workers []worker
+	// chunks holds the encoded input of each chunk of the last stage run,
+	// for the next stage to rewrite only its decisions; runs counts Runs,
+	// to tell which Run an encoding is of.
+	chunks []chunkInput
+	runs   uint64
 	// grown: a batch split across instances grew the workers' buffers
 	// and the modules' instances, and Release has not run since.
 	grown bool
@@ -206,6 +211,17 @@ type worker struct {
 	enc     abi.Encoder
 	in, out []byte
 	res     []abi.Result
+}
+
+// chunkInput is the encoded input of a batch chunk: the ports
+// sps[lo:lo+n] of Run number run, for the stage before, if ok. The next
+// stage's call for the same chunk rewrites only its stage and decisions
+// (abi.RewriteDecisions) instead of encoding the ports again.
+type chunkInput struct {
+	in    []byte
+	run   uint64
+	lo, n int
+	ok    bool
 }
 
 // New returns a Pipeline.
@@ -340,6 +356,7 @@ func (p *Pipeline) Release(ctx context.Context) {
 	}
 	p.grown = false
 	clear(p.workers)
+	p.chunks = nil
 	for _, stage := range abi.Stages {
 		m, ok := p.opts.Modules[stage].(shrinker)
 		if !ok {
@@ -355,6 +372,7 @@ func (p *Pipeline) Release(ctx context.Context) {
 // run is Run without the release of memory; split reports whether a stage was split
 // across instances.
 func (p *Pipeline) run(ctx context.Context, node abi.Node, ports []Port) (_ []Result, split bool) {
+	p.runs++
 	n := len(ports)
 	results := make([]Result, n)
 	decisions := make([]abi.Decision, n)
@@ -475,8 +493,11 @@ func (p *Pipeline) runStage(ctx context.Context, stage abi.Stage, node abi.Node,
 	if len(batch) > 0 {
 		chunks = max(1, min(mod.Instances(), len(batch)/p.opts.MinChunk))
 		size := (len(batch) + chunks - 1) / chunks
-		for lo := 0; lo < len(batch); lo += size {
-			tasks = append(tasks, task{idx: batch[lo:min(lo+size, len(batch))]})
+		if len(p.chunks) < chunks {
+			p.chunks = append(p.chunks, make([]chunkInput, chunks-len(p.chunks))...)
+		}
+		for k, lo := 0, 0; lo < len(batch); k, lo = k+1, lo+size {
+			tasks = append(tasks, task{idx: batch[lo:min(lo+size, len(batch))], chunk: &p.chunks[k]})
 		}
 	}
 	is := &isolation{
@@ -490,11 +511,14 @@ func (p *Pipeline) runStage(ctx context.Context, stage abi.Stage, node abi.Node,
 
 // call runs one batch. On success it sets the ports' decisions, or their
 // errs for the error records; it returns the error of a call that failed
-// as a whole, and the call's duration.
+// as a whole, and the call's duration. chunk, if not nil, keeps the
+// batch's encoding for the next stage.
 func (p *Pipeline) call(ctx context.Context, w *worker, mod Module, stage abi.Stage, node abi.Node,
-	sps []abi.ServicePort, idx []int, decisions []abi.Decision, errs []error) (time.Duration, error) {
+	sps []abi.ServicePort, idx []int, decisions []abi.Decision, errs []error, chunk *chunkInput) (time.Duration, error) {
 	b := abi.Batch{Stage: stage, Node: node}
-	if lo, hi := idx[0], idx[len(idx)-1]+1; hi-lo == len(idx) {
+	lo, hi := idx[0], idx[len(idx)-1]+1
+	contiguous := hi-lo == len(idx)
+	if contiguous {
 		// The usual case, no port settled by an earlier failure: the
 		// chunk is a contiguous run and needs no copy.
 		b.Ports, b.Decisions = sps[lo:hi], decisions[lo:hi]
@@ -506,9 +530,22 @@ func (p *Pipeline) call(ctx context.Context, w *worker, mod Module, stage abi.St
 	}
 	var err error
 	start := time.Now()
-	w.in, err = w.enc.Encode(w.in[:0], &b)
+	in := &w.in
+	if chunk != nil {
+		in = &chunk.in
+	}
+	if chunk != nil && chunk.ok && contiguous && chunk.run == p.runs && chunk.lo == lo && chunk.n == len(idx) {
+		// The same ports of the same Run as the stage before: only the
+		// decisions differ.
+		*in, err = abi.RewriteDecisions(*in, stage, b.Decisions)
+	} else {
+		*in, err = w.enc.Encode((*in)[:0], &b)
+	}
+	if chunk != nil {
+		chunk.ok, chunk.run, chunk.lo, chunk.n = err == nil && contiguous, p.runs, lo, len(idx)
+	}
 	if err == nil {
-		w.out, err = mod.Call(ctx, stage, w.in, w.out[:0])
+		w.out, err = mod.Call(ctx, stage, *in, w.out[:0])
 	}
 	if err == nil {
 		w.res, err = abi.DecodeOutput(w.out, &b, w.res)
