@@ -38,6 +38,16 @@ func TestChainNameVectors(t *testing.T) {
 			}
 		})
 	}
+	// xt_recent takes names of up to 200 bytes (XT_RECENT_NAME_LEN with
+	// the terminating zero), ipset up to maxSetName.
+	if name := endpointName(newServiceChains(ptr(p80("ns1", "svc1"))).base, ptr(ep4("10.180.0.1", 80))); len(name) > 199 {
+		t.Errorf("affinity list %s: over 199 bytes", name)
+	}
+	for _, set := range []string{SetHairpin4, SetHairpin6} {
+		if len(set) > maxSetName {
+			t.Errorf("set %s: over %d bytes", set, maxSetName)
+		}
+	}
 	if n := newServiceChains(&backends.Service{Namespace: "a", Name: "b", Protocol: backends.UDP}); n.base != "a/budp" {
 		t.Errorf("an unnamed port hashes %q, want a/budp", n.base)
 	}

@@ -386,6 +386,8 @@ func TestPacketFlows(t *testing.T) {
 		{name: "SCTP", src: offNodePod, dst: "10.96.0.20:80", proto: "sctp", want: "10.244.2.20:8080"},
 		{name: "SCTP NodePort", src: client, dst: nodeIP + ":30020", proto: "sctp", want: "10.244.2.20:8080", masq: true},
 		{name: "hairpin is masqueraded", src: "10.244.1.17", dst: "10.96.0.17:53", proto: "udp", want: "10.244.1.17:53", masq: true},
+		{name: "hairpin with affinity", src: "10.244.1.12", dst: "10.96.0.12:80", affinity: "10.244.1.12:8080", want: "10.244.1.12:8080", masq: true},
+		{name: "an endpoint to another service is not masqueraded", src: "10.244.1.17", dst: "10.96.0.12:80", affinity: "10.244.2.12:8080", want: "10.244.2.12:8080"},
 		{name: "no endpoints: reject", src: offNodePod, dst: "10.96.0.13:80", want: "REJECT"},
 		{name: "no endpoints: external IP rejects", src: client, dst: "192.0.2.13:80", want: "REJECT"},
 		{name: "no endpoints: NodePort rejects", src: client, dst: nodeIP + ":30013", want: "REJECT"},
