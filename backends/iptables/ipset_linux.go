@@ -70,7 +70,7 @@ func (n netnsSets) ensureSet(ctx context.Context, name string, family backends.F
 
 // setHint explains the errors of a kernel without ipset support.
 func setHint(err error) string {
-	if errors.Is(err, syscall.EPROTONOSUPPORT) || errors.Is(err, syscall.ENOENT) || err == nl.IPSetError(nl.IPSET_ERR_FIND_TYPE) {
+	if errors.Is(err, syscall.EPROTONOSUPPORT) || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.EINVAL) || err == nl.IPSetError(nl.IPSET_ERR_FIND_TYPE) {
 		return " (are the ip_set and ip_set_hash_ipportip kernel modules available?)"
 	}
 	return ""
@@ -161,7 +161,9 @@ func (n netnsSets) change(ctx context.Context, name, what string, entries []Hair
 func (n netnsSets) destroySet(ctx context.Context, name string) error {
 	err := n.do(func() error { return netlink.IpsetDestroy(name) })
 	switch {
-	case err == nil, errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.EPROTONOSUPPORT):
+	case err == nil, errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.EPROTONOSUPPORT), errors.Is(err, syscall.EINVAL):
+		// No such set; or no ipset in the kernel at all (nfnetlink
+		// answers EINVAL for a subsystem it does not have).
 		return nil
 	case err == nl.IPSetError(nl.IPSET_ERR_BUSY), err == nl.IPSetError(nl.IPSET_ERR_REFERENCED), errors.Is(err, syscall.EBUSY):
 		return fmt.Errorf("destroy ipset %s: a rule still uses it: %w", name, err)

@@ -88,7 +88,8 @@ var Modes = []Mode{
 		CleanupLeftovers: func(ctx context.Context, netns string, _ []backends.Family) error {
 			return iptables.CleanupLeftovers(ctx, netns)
 		},
-		Leftovers: "the " + iptables.Prefix + "* chains and the jumps to them in the filter and nat tables of iptables and ip6tables, nft and legacy variants",
+		Leftovers: "the " + iptables.Prefix + "* chains and the jumps to them in the filter and nat tables of iptables and ip6tables, nft and legacy variants, and the ipsets " +
+			iptables.SetHairpin4 + " and " + iptables.SetHairpin6,
 	},
 }
 
