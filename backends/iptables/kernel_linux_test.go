@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -287,6 +288,59 @@ func TestKernelHairpinSetReconciled(t *testing.T) {
 		}
 		if _, err := sets.listSet(ctx, SetHairpin4); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("the set after Cleanup: %v, want it gone", err)
+		}
+	})
+}
+
+// TestKernelAffinityRecordsTheChosenEndpoint: a new client's first
+// connection puts it in the affinity list of the endpoint that answered
+// and in no other: the statistic match comes before "recent --set" in
+// each rule, so a rule whose statistic match fails records nothing. Ten
+// trials, each from emptied lists; were the order reversed, the first
+// endpoint's list would take the client whichever endpoint answered.
+func TestKernelAffinityRecordsTheChosenEndpoint(t *testing.T) {
+	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
+		a1, b1 := c.Pod("a1"), c.Pod("b1")
+		web := svc("web", "10.96.0.10", func(s *backends.Service) {
+			s.Cluster = []backends.Endpoint{podEP(a1, backends.IPv4, 1), podEP(b1, backends.IPv4, 1)}
+			s.AffinityTimeout = 600
+		})
+		syncOK(t, nodeBackend(t, c.Nodes[0], v, backends.IPv4), clusterState(c, web))
+		base := newServiceChains(&web).base
+		lists := map[string]string{"a1": endpointName(base, &web.Cluster[0]), "b1": endpointName(base, &web.Cluster[1])}
+		client := c.Client.IPv4.String()
+		// proc reads or, with write, empties an affinity list of the node.
+		proc := func(list, write string) (string, error) {
+			var out []byte
+			err := c.Nodes[0].NS.Do(func() (err error) {
+				file := "/proc/thread-self/net/xt_recent/" + list
+				if write != "" {
+					return os.WriteFile(file, []byte(write), 0o600)
+				}
+				out, err = os.ReadFile(file)
+				return err
+			})
+			return string(out), err
+		}
+		for trial := range 10 {
+			for _, list := range lists {
+				if _, err := proc(list, "/"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := ask(c.Client.NS, "tcp", cip10, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for pod, list := range lists {
+				content, err := proc(list, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if in := strings.Contains(content, "src="+client+" "); in != (pod == got) {
+					t.Fatalf("trial %d: %s answered; the client in %s's list %s: %v, want %v:\n%s", trial, got, pod, list, in, pod == got, content)
+				}
+			}
 		}
 	})
 }
