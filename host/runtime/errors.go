@@ -76,6 +76,9 @@ func (e *CallError) Unwrap() error { return e.Err }
 // ReasonOf returns the Reason of a *CallError in err's chain, or "" if
 // there is none.
 func ReasonOf(err error) Reason {
+	if err == nil {
+		return "" // without the allocation of errors.As's target
+	}
 	var ce *CallError
 	if errors.As(err, &ce) {
 		return ce.Reason

@@ -25,14 +25,17 @@ type instance struct {
 	// configureFn is wasp_configure; nil if the module does not export it.
 	configureFn api.Function
 	budget      api.MutableGlobal // nil with InterruptCloseOnContextDone
-	stderr      *head
-	stack       []uint64
-	calls       int
-	limit       uint64 // memory cap in bytes
-	pool        *memoryPool
-	refused     uint64        // pool.refused when the current call started
-	timeout     time.Duration // per call
-	closeOnce   sync.Once
+	// watch is the deadline watchdog of the instance's calls; nil
+	// without budget.
+	watch     *callState
+	stderr    *head
+	stack     []uint64
+	calls     int
+	limit     uint64 // memory cap in bytes
+	pool      *memoryPool
+	refused   uint64        // pool.refused when the current call started
+	timeout   time.Duration // per call
+	closeOnce sync.Once
 }
 
 // newInstance instantiates the module, which runs its initialisation, and
@@ -59,6 +62,7 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	in.configureFn = mod.ExportedFunction(abi.ConfigureExport)
 	if g, ok := mod.ExportedGlobal(wasmbin.BudgetGlobal).(api.MutableGlobal); ok {
 		in.budget = g
+		in.watch = newCallState(g)
 	}
 	// Every instance gets the same configuration before its first call:
 	// a pool is many copies of one configured module.
@@ -139,17 +143,20 @@ func (in *instance) failure(stage abi.Stage, r Reason, err error) *CallError {
 // under one deadline, and returns fn's result. The error's Stage is left
 // for the caller to set.
 func (in *instance) invoke(ctx context.Context, fn api.Function, input []byte) (uint64, *CallError) {
-	cctx, cancel := context.WithTimeout(ctx, in.timeout)
-	defer cancel()
 	in.refused = in.pool.refused.Load()
-	if in.budget != nil {
-		st := &callState{budget: in.budget, grant: yieldInterval, last: time.Now()}
-		cctx = context.WithValue(cctx, callStateKey{}, st)
-		stop := context.AfterFunc(cctx, st.interrupt)
-		defer func() {
-			stop()
-			st.end()
-		}()
+	var cctx context.Context
+	if st := in.watch; st != nil {
+		// The instance's own watchdog, armed at the call's first yield
+		// (callState.arm): no timer nor context to make per call, which
+		// cost as much as a small stage's guest code.
+		st.start(in.timeout)
+		cctx = context.WithValue(ctx, callStateKey{}, st)
+		defer st.end()
+	} else {
+		// wazero closes the module when this context is done.
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, in.timeout)
+		defer cancel()
 	}
 	classify := func(err error) (uint64, *CallError) {
 		var exit *sys.ExitError
@@ -235,23 +242,75 @@ const (
 // wazero recovers it and returns it wrapped from the call.
 var errInterrupted = errors.New("guest interrupted at a loop iteration")
 
-// callState is what yield and the deadline watchdog of one call share.
+// callState is what yield and the deadline watchdog of an instance's
+// calls share. One serves every call of the instance, one at a time.
 type callState struct {
 	mu     sync.Mutex // serialises writes to budget
 	budget api.MutableGlobal
 	ended  bool // the call returned, and the instance may serve another
 	// grant is what the next yield grants; last is when the previous one
-	// happened (or the call started).
+	// happened (or the call started), on the monotonic clock.
 	grant int64
-	last  time.Time
+	last  time.Duration
+	// deadline is when the call runs out of time, on the monotonic
+	// clock; timer empties the budget then.
+	deadline time.Duration
+	timer    *time.Timer
+	// armed: timer, and stopParent if the caller's context can end, are
+	// set for the current call. Only the call's goroutine touches them.
+	armed      bool
+	stopParent func() bool
 }
+
+// newCallState returns the watchdog of the instance whose budget global
+// is budget, not armed.
+func newCallState(budget api.MutableGlobal) *callState {
+	st := &callState{budget: budget, ended: true}
+	st.timer = time.AfterFunc(time.Hour, st.interrupt)
+	st.timer.Stop()
+	return st
+}
+
+// start sets the watchdog up for a call of timeout.
+func (st *callState) start(timeout time.Duration) {
+	now := monotonic()
+	st.mu.Lock()
+	st.ended, st.grant, st.last, st.deadline = false, yieldInterval, now, now+timeout
+	st.mu.Unlock()
+}
+
+// arm starts the timer of the call, and ties the watchdog to the caller's
+// context ctx, at the call's first yield. Before it, the call has done at
+// most its first grant of work (yieldInterval, about a millisecond), so
+// the calls that end sooner, nearly all, need neither; a call that
+// reaches its first yield past its deadline, or with its context done,
+// fails there, as later ones do.
+func (st *callState) arm(ctx context.Context, now time.Duration) {
+	st.armed = true
+	st.timer.Reset(st.deadline - now)
+	if ctx.Done() != nil {
+		st.stopParent = context.AfterFunc(ctx, st.interrupt)
+	}
+}
+
+// expired reports whether the call is past its deadline.
+func (st *callState) expired(now time.Duration) bool {
+	return now >= st.deadline
+}
+
+// epoch is the origin of monotonic.
+var epoch = time.Now()
+
+// monotonic is the monotonic clock's time since epoch: cheaper than
+// time.Now, which reads the wall clock too, on every call.
+func monotonic() time.Duration { return time.Since(epoch) }
 
 type callStateKey struct{}
 
 // nextGrant adapts the grant to the time since the previous yield (see
 // yieldInterval) and returns it.
-func (st *callState) nextGrant(now time.Time) int64 {
-	switch since := now.Sub(st.last); {
+func (st *callState) nextGrant(now time.Duration) int64 {
+	switch since := now - st.last; {
 	case since < yieldPeriod/4:
 		st.grant = min(st.grant*2, maxGrant)
 	case since > yieldPeriod:
@@ -261,7 +320,8 @@ func (st *callState) nextGrant(now time.Time) int64 {
 	return st.grant
 }
 
-// interrupt runs when the call's context is done: it empties the budget,
+// interrupt runs when the call's deadline passes or its context is done
+// (or late, after the call, and then does nothing): it empties the budget,
 // so that the guest yields at its next loop iteration instead of finishing
 // its current allowance. The guest's own decrement may overwrite the zero;
 // it then yields when the allowance runs out, at most yieldInterval
@@ -274,8 +334,20 @@ func (st *callState) interrupt() {
 	}
 }
 
-// end stops a late interrupt from touching the instance.
+// end disarms the watchdog, and stops a late interrupt from touching the
+// instance. An interrupt that runs anyway during the instance's next call
+// (its timer fired just as this one ended) costs that call one early
+// yield, which grants it more: yield fails a call only past its own
+// deadline.
 func (st *callState) end() {
+	if st.armed {
+		st.armed = false
+		st.timer.Stop()
+		if st.stopParent != nil {
+			st.stopParent()
+			st.stopParent = nil
+		}
+	}
 	st.mu.Lock()
 	st.ended = true
 	st.mu.Unlock()
@@ -283,8 +355,9 @@ func (st *callState) end() {
 
 // yield is the function instrumented guests import (see package wasmbin):
 // they call it each time their budget of loop iterations runs out. wazero
-// passes it the context of the call. If that context is done, yield fails
-// the call; otherwise it grants the guest yieldInterval more iterations.
+// passes it the context of the call. If that context is done, or the call
+// is past its deadline, yield fails the call; otherwise it grants the
+// guest more iterations (see yieldInterval).
 // Either way the guest's goroutine is back in Go code, where the Go
 // scheduler can preempt it: without that, a garbage collection starting
 // while a guest spins waits forever to stop the world, and the timer that
@@ -294,8 +367,16 @@ func yield(ctx context.Context, mod api.Module, _ []uint64) {
 		panic(fmt.Errorf("%w: %w", errInterrupted, context.Cause(ctx)))
 	}
 	if st, ok := ctx.Value(callStateKey{}).(*callState); ok {
+		now := monotonic()
+		if !st.armed {
+			st.arm(ctx, now)
+		}
 		st.mu.Lock()
-		st.budget.Set(uint64(st.nextGrant(time.Now())))
+		if st.expired(now) {
+			st.mu.Unlock()
+			panic(fmt.Errorf("%w: %w", errInterrupted, context.DeadlineExceeded))
+		}
+		st.budget.Set(uint64(st.nextGrant(now)))
 		st.mu.Unlock()
 		return
 	}
@@ -307,7 +388,12 @@ func yield(ctx context.Context, mod api.Module, _ []uint64) {
 }
 
 func (in *instance) close() {
-	in.closeOnce.Do(func() { _ = in.mod.Close(context.Background()) })
+	in.closeOnce.Do(func() {
+		if in.watch != nil {
+			in.watch.timer.Stop()
+		}
+		_ = in.mod.Close(context.Background())
+	})
 }
 
 // head keeps the first max bytes written to it: a Go guest's fatal error
