@@ -529,7 +529,7 @@ func (p *Pipeline) call(ctx context.Context, w *worker, mod Module, stage abi.St
 		}
 	}
 	var err error
-	start := time.Now()
+	start := time.Since(epoch)
 	in := &w.in
 	if chunk != nil {
 		in = &chunk.in
@@ -553,7 +553,7 @@ func (p *Pipeline) call(ctx context.Context, w *worker, mod Module, stage abi.St
 			err = &runtime.CallError{Module: nameOf(mod), Stage: stage, Reason: runtime.ReasonInvalidOutput, Err: err}
 		}
 	}
-	d := time.Since(start)
+	d := time.Since(epoch) - start
 	if o := p.opts.Observer; o != nil {
 		o.Call(nameOf(mod), stage, len(idx), d, err)
 	}
@@ -581,6 +581,10 @@ func (p *Pipeline) call(ctx context.Context, w *worker, mod Module, stage abi.St
 	}
 	return d, nil
 }
+
+// epoch is the origin of the calls' clock: time.Since(epoch) reads only
+// the monotonic clock, where time.Now reads the wall clock too.
+var epoch = time.Now()
 
 func reasonOf(r *abi.Result) runtime.Reason {
 	if r.Invalid {

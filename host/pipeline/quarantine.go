@@ -62,7 +62,7 @@ func (s *suspect) skipped() error {
 func (p *Pipeline) settle(ctx context.Context, stage abi.Stage, node abi.Node, ports []Port, sps []abi.ServicePort, decisions []abi.Decision,
 	live []int, errs []error, outcomes []outcome) {
 	q := p.quarantine[stage]
-	now := p.now()
+	var now time.Time // read when first needed: rarely
 	var isolated, unresolved []int
 	for _, i := range live {
 		key := ports[i].Key
@@ -81,6 +81,9 @@ func (p *Pipeline) settle(ctx context.Context, stage abi.Stage, node abi.Node, p
 				q[key] = s
 			}
 			s.err, s.fails = errs[i], s.fails+1
+			if now.IsZero() {
+				now = p.now()
+			}
 			s.retry = now.Add(p.opts.QuarantineRetry * time.Duration(min(1<<(s.fails-1), maxBackoff)))
 		case outNotIsolated:
 			if s := q[key]; s == nil || s.isolated {
