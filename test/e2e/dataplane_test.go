@@ -96,7 +96,7 @@ func expectCleanedUp(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Tables+r.Chains+r.Rules != 0 {
+	if r.Tables+r.Chains+r.Rules+r.Sets != 0 {
 		t.Fatalf("after wasp cleanup, %s remain: %s", s.env.Dataplane().Name, r.Counts())
 	}
 }

@@ -887,7 +887,8 @@ func testUnusualObjects(t *testing.T, f *faults) {
 		if during, err = s.env.ReadRuleset(); err != nil {
 			return err
 		}
-		// One element per endpoint in nftables, one chain in iptables.
+		// One element per endpoint: of a map in nftables, of the
+		// hairpin set in iptables.
 		if during.Elements+during.Chains < before.Elements+before.Chains+1000 {
 			return fmt.Errorf("with a slice of 1,000 endpoints the kernel holds %d elements and %d chains, %d and %d before: it is not programmed",
 				during.Elements, during.Chains, before.Elements, before.Chains)

@@ -112,8 +112,8 @@ func TestMigration(t *testing.T) {
 	}
 	if r, err := env.ReadRuleset(); err != nil {
 		t.Fatal(err)
-	} else if r.Chains+r.Rules != 0 {
-		t.Fatalf("after wasp cleanup, wasp's chains remain: %s", r.Counts())
+	} else if r.Chains+r.Rules+r.Sets != 0 {
+		t.Fatalf("after wasp cleanup, wasp's chains or sets remain: %s", r.Counts())
 	}
 	s.env.SetEndpoints(ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-2", "b-1", "b-2")...)
 	expectOnlyEventually(t, s, ip, "a-2", "b-1", "b-2")

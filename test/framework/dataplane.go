@@ -6,14 +6,19 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/vishvananda/netlink"
+
+	"github.com/wasp-proxy/wasp/backends/iptables"
 	"github.com/wasp-proxy/wasp/internal/netlab"
 )
 
@@ -136,12 +141,16 @@ func (e *Env) ReadRuleset() (*Ruleset, error) {
 }
 
 // ReadIPTables reads wasp's iptables chains of both families in ns with
-// d's variant's iptables-save. Tables counts the (family, table) pairs
-// holding a WASP- chain; Chains and Rules count wasp's chains and their
-// rules plus the jumps to them; Lines is the canonical listing without
-// counters, sorted.
+// d's variant's iptables-save, and its hairpin ipsets over netlink.
+// Tables counts the (family, table) pairs holding a WASP- chain; Chains
+// and Rules count wasp's chains and their rules plus the jumps to them;
+// Sets and Elements the hairpin sets and their entries; Lines is the
+// canonical listing without counters, sorted.
 func ReadIPTables(ns *netlab.NS, d Dataplane) (*Ruleset, error) {
 	r := &Ruleset{}
+	if err := readHairpinSets(r, ns); err != nil {
+		return nil, err
+	}
 	for _, family := range []int{4, 6} {
 		bin := d.binary(family, "-save")
 		var stderr bytes.Buffer
@@ -184,4 +193,33 @@ func parseIPTablesSave(r *Ruleset, family int, out []byte) {
 			}
 		}
 	}
+}
+
+// readHairpinSets adds the iptables backend's hairpin sets in ns, those
+// that exist, to r: "ipset NAME" and "ipset NAME ENTRY" lines.
+func readHairpinSets(r *Ruleset, ns *netlab.NS) error {
+	for _, name := range []string{iptables.SetHairpin4, iptables.SetHairpin6} {
+		var res *netlink.IPSetResult
+		err := ns.Do(func() (err error) { res, err = netlink.IpsetList(name); return err })
+		if errors.Is(err, syscall.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("list ipset %s in %s: %w", name, ns.Name(), err)
+		}
+		r.Sets++
+		r.Lines = append(r.Lines, "ipset "+name)
+		for _, e := range res.Entries {
+			r.Elements++
+			port, proto := uint16(0), uint8(0)
+			if e.Port != nil {
+				port = *e.Port
+			}
+			if e.Protocol != nil {
+				proto = *e.Protocol
+			}
+			r.Lines = append(r.Lines, fmt.Sprintf("ipset %s %s,%d:%d,%s", name, e.IP, proto, port, e.IP2))
+		}
+	}
+	return nil
 }
