@@ -522,6 +522,9 @@ func TestKernelRestart(t *testing.T) {
 				t.Errorf("%s: chains left after CleanupLeftovers: %v", table, left)
 			}
 		}
+		if _, err := (netnsSets{c.Nodes[0].NS.Path()}).listSet(context.Background(), SetHairpin4); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the hairpin set after CleanupLeftovers: %v, want it gone", err)
+		}
 		if _, err := ask(c.Client.NS, "tcp", cip10, 700*time.Millisecond); err == nil {
 			t.Error("the ClusterIP answers after CleanupLeftovers")
 		}
