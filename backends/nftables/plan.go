@@ -36,6 +36,25 @@ type planner struct {
 	svcs []*backends.Service
 
 	scratch []elem // where service builds a fragment's elements
+
+	// lastGlobal is the last plan's global fragment, planned from
+	// globalIn: reused while they stay the same, so that a Diff skips it.
+	lastGlobal *Fragment
+	globalIn   globalInputs
+}
+
+// globalInputs are what the global fragment depends on besides the
+// config.
+type globalInputs struct {
+	wide          stateWide
+	nodePortAddrs []netip.Addr
+	serviceCIDRs  []netip.Prefix
+	classes       []bucketClass // past presetBuckets, sorted
+}
+
+func (g *globalInputs) equal(o *globalInputs) bool {
+	return g.wide.equal(&o.wide) && slices.Equal(g.nodePortAddrs, o.nodePortAddrs) &&
+		slices.Equal(g.serviceCIDRs, o.serviceCIDRs) && slices.Equal(g.classes, o.classes)
 }
 
 func newPlanner(cfg config) *planner {
@@ -98,7 +117,17 @@ func (p *planner) plan(s *backends.State) *Ruleset {
 		}
 	}
 	p.svcs = svcs
-	rs.Global = p.global(s, &wide, classes)
+	in := globalInputs{wide: wide, nodePortAddrs: s.NodePortAddresses, serviceCIDRs: s.ServiceCIDRs}
+	for bc := range classes {
+		in.classes = append(in.classes, bc)
+	}
+	slices.SortFunc(in.classes, bucketClass.compare)
+	if p.lastGlobal != nil && p.globalIn.equal(&in) {
+		rs.Global = p.lastGlobal
+	} else {
+		rs.Global = p.global(s, &wide, classes)
+		p.lastGlobal, p.globalIn = rs.Global, in
+	}
 	if p.last != nil && p.last.Family == rs.Family && p.last.Table == rs.Table {
 		rs.indexFrom(p.last)
 	} else {

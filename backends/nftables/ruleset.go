@@ -345,6 +345,13 @@ func changedFragments(old, new *Ruleset) (gone, added []*Fragment) {
 	}
 	i, j := 0, 0
 	for i < len(old.Services) || j < len(new.Services) {
+		// The same fragment (the common case): the same key, no string
+		// comparison.
+		if i < len(old.Services) && j < len(new.Services) && old.Services[i] == new.Services[j] {
+			i++
+			j++
+			continue
+		}
 		switch {
 		case j == len(new.Services) || (i < len(old.Services) && old.Services[i].Key < new.Services[j].Key):
 			gone = append(gone, old.Services[i])
