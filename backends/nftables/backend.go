@@ -40,7 +40,8 @@ type Opts struct {
 }
 
 // Backend programs one IP family's nftables table. It keeps the ruleset
-// it last programmed and sends each Sync's difference in one transaction;
+// it last programmed and sends each Sync's difference, in one transaction
+// or a few commits in a row;
 // see the package documentation. It is safe for concurrent use.
 type Backend struct {
 	mu         sync.Mutex
@@ -128,11 +129,13 @@ func (o Opts) config() (config, error) {
 
 // Sync makes the table match s. It plans the ruleset, reusing the plan of
 // every unchanged service port, and sends the difference from what it
-// programmed last in one transaction. When that is not known (the first
+// programmed last in one transaction, or a few commits in a row (see
+// Diff). When that is not known (the first
 // Sync, or after a failure) it loads the names of what the table holds
 // and, in one transaction, rewrites everything wanted and deletes the
 // rest, keeping the table and unchanged affinity sets. On error the
-// kernel is left as it was and the next Sync rebuilds.
+// kernel is left as it was, or as one of the commits of the difference
+// left it, and the next Sync rebuilds.
 func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -177,9 +180,9 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 }
 
 // apply applies tx and keeps the table verified (see CheckDrift) if it
-// was, and tx was the only commit since: the ruleset generation moved by
-// one (or not at all, for a transaction that changed nothing). Two
-// generation round trips cost little beside a transaction.
+// was, and tx's commits were the only ones since: the ruleset generation
+// moved by at most their number (a commit that changed nothing does not
+// move it). Two generation round trips cost little beside a transaction.
 func (b *Backend) apply(ctx context.Context, tx *Transaction) error {
 	before, err := b.k.generation(ctx)
 	keep := err == nil && b.verified && before == b.verifiedGen
@@ -190,7 +193,7 @@ func (b *Backend) apply(ctx context.Context, tx *Transaction) error {
 	if !keep {
 		return nil
 	}
-	if after, err := b.k.generation(ctx); err == nil && (after == before || after == before+1) {
+	if after, err := b.k.generation(ctx); err == nil && after-before <= uint32(len(tx.commits)+1) {
 		b.verified, b.verifiedGen = true, after
 	}
 	return nil

@@ -15,23 +15,33 @@ import (
 // Chains whose rules changed are flushed and rewritten, new ones added,
 // stale ones flushed and deleted; sets and maps are added, deleted, or
 // deleted and added again when their definition changed; elements are
-// added and deleted one by one. The operations are ordered so that nothing
-// is referenced before it exists or deleted while referenced:
+// added and deleted one by one. The operations go in up to five commits,
+// the empty ones left out, so that nothing is referenced before it exists
+// or deleted while referenced, and a packet whose evaluation straddles a
+// commit still finds a whole path to an endpoint (see phaseSwitch):
 //
-//  1. add new chains (empty)
-//  2. flush chains to rewrite and stale chains
-//  3. delete stale elements
-//  4. delete stale sets
-//  5. delete stale chains
-//  6. add new sets
-//  7. add new elements
-//  8. add the rules of new and rewritten chains
+//  1. new chains with their rules, and new sets, unreferenced, when the
+//     change is more than additions
+//  2. the switch: chains to rewrite flushed, replaced elements and
+//     lifted denials deleted, sets whose definition changed deleted and
+//     added, elements added, rules of new and rewritten chains added
+//  3. deleted service entries (service-ips, service-nodeports,
+//     simple-services) of entries still served
+//  4. deleted bucket classes (bucket-classes-*, simple-<kind>-<W>) of
+//     entries still served
+//  5. deleted bucket elements, then stale chains flushed, stale sets and
+//     chains deleted
 //
-// Stale chains are deleted in the same transaction that removes the last
-// reference to them. Upstream waits a second first because kernels before
-// 6.2 released a verdict-map element's reference to its chain only after
-// the transaction; wasp requires a kernel where the same-transaction delete
-// works (TestKernelStaleChainsDeletedAtOnce checks it on this one).
+// A change that only adds (a new service port) is one commit; one that
+// only deletes what no longer serves (a service port gone) is one commit
+// too, and one stale-chain commit if it had chains.
+//
+// Stale chains are deleted in the commit that removes the last reference
+// to them, or in a later one of the same Sync. Upstream waits a second
+// first because kernels before 6.2 released a verdict-map element's
+// reference to its chain only after the transaction; wasp requires a
+// kernel where the same-transaction delete works
+// (TestKernelStaleChainsDeletedAtOnce checks it on this one).
 func Diff(old, new *Ruleset) *Transaction {
 	if old == nil {
 		return rebuild(&inventory{}, new)
@@ -95,13 +105,22 @@ func Diff(old, new *Ruleset) *Transaction {
 			}
 		})
 	}
-	var delElems, addElems []Element
+	// Deletions wait, when the key they served stays served, until
+	// what led to them is gone (see phase).
+	served := func(k ElemKey) bool { return servedIn(new, k) }
+	var delElems [phases][]Element
+	var addElems []Element
 	for id := range touched {
 		ov, oldHas := old.elems.value(id)
 		nv, newHas := new.elems.value(id)
 		gone := deleted[id.setName()]
 		if oldHas && !gone && (!newHas || ov != nv) {
-			delElems = append(delElems, id.element(ov))
+			e := id.element(ov)
+			ph := phaseSwitch
+			if !newHas {
+				ph = phaseOf(&e, served)
+			}
+			delElems[ph] = append(delElems[ph], e)
 		}
 		if newHas && (!oldHas || gone || ov != nv) {
 			addElems = append(addElems, id.element(nv))
@@ -111,17 +130,23 @@ func Diff(old, new *Ruleset) *Transaction {
 	sortChains(addChains)
 	sortChains(rewrite)
 	sortChains(delChains)
-	sortSets(delSets)
-	sortSets(addSets)
-
-	for _, c := range addChains {
-		tx.add(op{kind: opAddChain, chain: c})
-	}
-	for _, cs := range [][]*Chain{rewrite, delChains} {
-		for _, c := range cs {
-			tx.add(op{kind: opFlushChain, name: c.Name})
+	var recreate, addNew, delStale []*Set
+	for _, s := range addSets {
+		if recreated[s.Name] {
+			recreate = append(recreate, s)
+		} else {
+			addNew = append(addNew, s)
 		}
 	}
+	for _, s := range delSets {
+		if !recreated[s.Name] {
+			delStale = append(delStale, s)
+		}
+	}
+	sortSets(recreate)
+	sortSets(addNew)
+	sortSets(delStale)
+
 	specOf := func(name string) *Set {
 		if s, ok := newSets[name]; ok {
 			return s
@@ -141,23 +166,138 @@ func Diff(old, new *Ruleset) *Transaction {
 		}
 		return nil
 	}
-	addElementOps(tx, opDeleteElements, delElems, specOf)
-	for _, s := range delSets {
+
+	// New chains get their rules in a commit of their own when the
+	// switch does more than add: a packet whose evaluation began before
+	// a commit runs the rules of before, and a chain new in that commit
+	// has none then.
+	pureAdd := len(rewrite) == 0 && len(recreate) == 0
+	for _, d := range delElems {
+		pureAdd = pureAdd && len(d) == 0
+	}
+	chainsFirst := func() {
+		for _, c := range addChains {
+			tx.add(op{kind: opAddChain, chain: c})
+		}
+		for _, s := range addNew {
+			tx.add(op{kind: opAddSet, set: s})
+		}
+		for _, c := range addChains {
+			addRuleOps(tx, c)
+		}
+	}
+	if !pureAdd {
+		chainsFirst()
+		tx.commit()
+	}
+	// The switch.
+	if pureAdd {
+		for _, c := range addChains {
+			tx.add(op{kind: opAddChain, chain: c})
+		}
+	}
+	for _, c := range rewrite {
+		tx.add(op{kind: opFlushChain, name: c.Name})
+	}
+	addElementOps(tx, opDeleteElements, delElems[phaseSwitch], specOf)
+	for _, s := range recreate {
 		tx.add(op{kind: opDeleteSet, name: s.Name, set: s})
 	}
-	for _, c := range delChains {
-		tx.add(op{kind: opDeleteChain, name: c.Name})
+	if pureAdd {
+		for _, s := range addNew {
+			tx.add(op{kind: opAddSet, set: s})
+		}
 	}
-	for _, s := range addSets {
+	for _, s := range recreate {
 		tx.add(op{kind: opAddSet, set: s})
 	}
 	addElementOps(tx, opAddElements, addElems, specOf)
-	rules := append(addChains, rewrite...)
-	sortChains(rules)
+	rules := slices.Clone(rewrite)
+	if pureAdd {
+		rules = append(rules, addChains...)
+		sortChains(rules)
+	}
 	for _, c := range rules {
 		addRuleOps(tx, c)
 	}
+	// Then what led to the old targets, level by level, and the stale
+	// chains and sets last.
+	for ph := phaseSwitch + 1; ph < phases; ph++ {
+		tx.commit()
+		if ph == phaseData {
+			for _, c := range delChains {
+				tx.add(op{kind: opFlushChain, name: c.Name})
+			}
+		}
+		addElementOps(tx, opDeleteElements, delElems[ph], specOf)
+		if ph == phaseData {
+			for _, s := range delStale {
+				tx.add(op{kind: opDeleteSet, name: s.Name, set: s})
+			}
+			for _, c := range delChains {
+				tx.add(op{kind: opDeleteChain, name: c.Name})
+			}
+		}
+	}
+	if n := len(tx.commits); n > 0 && tx.commits[n-1] == len(tx.ops) {
+		tx.commits = tx.commits[:n-1]
+	}
 	return tx
+}
+
+// The commits of a Diff, in order. A packet's path to an endpoint is a
+// series of lookups (service-ips or simple-services, then bucket-classes
+// or a simple class set, then a bucket map), and a packet whose
+// evaluation began before a commit may make its first lookups before it
+// and the next after it. So a change that moves a service entry from one
+// path to another adds the new path first (with the entry in both
+// places, the first lookup picks one whole path), and deletes the old
+// one from its first lookup to its last, one commit each: every packet
+// then finds a whole path, old or new. Each commit waits for the
+// kernel's acknowledgement of the one before; a packet's evaluation takes
+// microseconds. A deletion whose service entry no longer exists at all
+// goes with the switch: there is nothing left to reach.
+const (
+	phaseSwitch  = iota // additions, replacements, rewrites; denials lifted
+	phaseEntries        // service-ips, service-nodeports, simple-services
+	phaseClasses        // bucket-classes-*, simple-<kind>-<W>
+	phaseData           // bucket maps; then stale chains and sets
+	phases
+)
+
+// phaseOf returns the commit of the deletion of e, an element that is no
+// longer planned.
+func phaseOf(e *Element, served func(ElemKey) bool) int {
+	entry := ElemKey{Addr: e.Key.Addr, Proto: e.Key.Proto, Port: e.Key.Port}
+	switch {
+	case e.Set == noEndpointServicesMap || e.Set == noEndpointNodePortsMap || e.Set == firewallIPsMap ||
+		e.Set == hairpinSet || e.Set == clusterIPsSet || e.Set == nodePortIPsSet:
+		// Denials lifted with the switch; addresses, not paths.
+		return phaseSwitch
+	case !served(entry):
+		return phaseSwitch
+	case e.Set == serviceIPsMap || e.Set == serviceNodePortsMap || e.Set == simpleServicesSet:
+		return phaseEntries
+	case strings.HasPrefix(e.Set, bucketClassesPrefix) || strings.HasPrefix(e.Set, simpleSetPrefix):
+		return phaseClasses
+	}
+	return phaseData
+}
+
+// servedIn reports whether rs forwards the service entry k: "addr .
+// proto . port" in service-ips or simple-services, or with no address
+// "proto . port" in service-nodeports.
+func servedIn(rs *Ruleset, k ElemKey) bool {
+	if !k.Addr.IsValid() {
+		_, ok := rs.elems.get(packElem(Element{Set: serviceNodePortsMap, Key: k}).id)
+		return ok
+	}
+	for _, set := range []string{serviceIPsMap, simpleServicesSet} {
+		if _, ok := rs.elems.get(packElem(Element{Set: set, Key: k}).id); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // rebuild returns the transaction that turns a table holding inv (from a

@@ -57,8 +57,8 @@
 //
 // These sets and rules always exist, so a change adds none of them. A
 // port that stops being simple (a NodePort added, affinity switched on,
-// 17 buckets) gets its chains and verdict elements, and loses its simple
-// elements, in the same transaction, and the other way round.
+// 17 buckets) gets its chains and verdict elements, then loses its simple
+// elements, in the commits of one Sync, and the other way round.
 //
 // Per packet (the nat chains see the first packet of a connection only):
 // a new connection to a simple service port does the service-ips lookup
@@ -104,8 +104,13 @@
 // # Syncing
 //
 // A Backend keeps the Ruleset it last programmed. Each Sync plans the new
-// one and sends only the difference, in one transaction; it never lists
-// the kernel. When what is programmed is not known (the first Sync of a
+// one and sends only the difference, in one transaction, or for a change
+// that moves a served service entry from one path to another, in a few
+// commits in a row, make before break (see Diff): the kernel applies
+// each commit atomically, but a packet whose evaluation began before a
+// commit runs the rules of before and makes its set lookups, the later
+// ones, after it, so one commit that both adds a path and deletes the old
+// one can leave it with neither. It never lists the kernel. When what is programmed is not known (the first Sync of a
 // process, or after a failed transaction, or after Cleanup), it loads the
 // names of the table's chains and sets once and, in one transaction,
 // flushes every chain, rewrites the wanted ones, deletes the rest and
@@ -113,8 +118,8 @@
 // table: connections keep their conntrack NAT entries, and affinity sets
 // whose definition did not change keep their clients.
 //
-// Stale chains are deleted in the transaction that removes the last
-// reference to them. Upstream flushes them and deletes them a second
+// Stale chains are deleted in the commit that removes the last
+// reference to them, or in a later one of the same Sync. Upstream flushes them and deletes them a second
 // later because kernels before 6.2 dropped a verdict-map element's
 // reference to its chain only after the transaction; wasp needs a kernel
 // that does it within the transaction (TestKernelStaleChainsDeletedAtOnce

@@ -156,6 +156,8 @@ func (f *Fake) update(family backends.Family, table, set string, addr netip.Addr
 	return nil
 }
 
+// apply applies each commit of tx in turn, as the kernel does: a failed
+// one changes nothing and ends tx, the ones before it stay applied.
 func (f *Fake) apply(ctx context.Context, tx *Transaction) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -166,6 +168,20 @@ func (f *Fake) apply(ctx context.Context, tx *Transaction) error {
 		f.failNext = nil
 		return err
 	}
+	parts := tx.parts()
+	for i, part := range parts {
+		if err := f.commit(part); err != nil {
+			if len(parts) > 1 {
+				return fmt.Errorf("commit %d of %d: %w", i+1, len(parts), err)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// commit applies one commit, all or nothing.
+func (f *Fake) commit(tx *Transaction) error {
 	a := &fakeApply{f: f, id: tableID{tx.Family, tx.Table}}
 	for i := range tx.ops {
 		if err := a.op(&tx.ops[i]); err != nil {

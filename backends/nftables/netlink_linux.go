@@ -134,6 +134,20 @@ func (k *netlinkKernel) apply(ctx context.Context, tx *Transaction) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	parts := tx.parts()
+	batches := make([]*wireBatch, len(parts))
+	for i, part := range parts {
+		w, err := k.compile(part)
+		if err != nil {
+			return err
+		}
+		batches[i] = w
+	}
+	return k.send(batches)
+}
+
+// compile returns tx's operations as one batch of netlink messages.
+func (k *netlinkKernel) compile(tx *Transaction) (*wireBatch, error) {
 	// google/nftables marshals the messages; they go to a capturing
 	// connection, which appends them to w in their wire format at every
 	// Conn.Flush, and send sends w as one batch. Flushing every few
@@ -153,7 +167,7 @@ func (k *netlinkKernel) apply(ctx context.Context, tx *Transaction) error {
 		return nil, nil
 	}))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cp := &compiler{
 		c:      c,
@@ -165,18 +179,18 @@ func (k *netlinkKernel) apply(ctx context.Context, tx *Transaction) error {
 	const opsPerFlush = 256
 	for i := range tx.ops {
 		if err := cp.op(&tx.ops[i]); err != nil {
-			return fmt.Errorf("operation %d: %w", i, err)
+			return nil, fmt.Errorf("operation %d: %w", i, err)
 		}
 		if i%opsPerFlush == opsPerFlush-1 {
 			if err := c.Flush(); err != nil {
-				return fmt.Errorf("marshal: %w", err)
+				return nil, fmt.Errorf("marshal: %w", err)
 			}
 		}
 	}
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("marshal: %w", err)
+		return nil, fmt.Errorf("marshal: %w", err)
 	}
-	return k.send(w)
+	return w, nil
 }
 
 // wireBatch is a batch of netlink messages in their wire format, in
@@ -256,19 +270,19 @@ func extraHeader(resID uint16) []byte {
 	return []byte{unix.NFPROTO_UNSPEC, unix.NFNETLINK_V0, byte(resID >> 8), byte(resID)}
 }
 
-// send sends a batch (begin, messages, end) in one sendmsg and waits for
-// its outcome. google/nftables asks for an acknowledgement of every
+// send sends each batch (begin, messages, end) in one sendmsg, in order
+// on one socket, and waits for its outcome before the next. google/nftables asks for an acknowledgement of every
 // message and for an echo of every rule: at 10k services that is 300k
 // replies to receive, and rule echoes the kernel has to build, which
 // took most of a full sync. Like nft, send asks for the acknowledgement
 // of the last message only. The kernel processes a batch within the
 // sendmsg and reports every failed message; any error means the batch
-// was aborted as a whole.
-func (k *netlinkKernel) send(w *wireBatch) error {
-	if w.msgs == 0 {
-		return nil
+// was aborted as a whole, and the batches after it are not sent.
+func (k *netlinkKernel) send(batches []*wireBatch) error {
+	size := 0
+	for _, w := range batches {
+		size = max(size, w.size)
 	}
-	last := w.finish()
 	cfg := &netlink.Config{}
 	if k.ns != nil {
 		cfg.NetNS = int(k.ns.Fd())
@@ -278,9 +292,26 @@ func (k *netlinkKernel) send(w *wireBatch) error {
 		return err
 	}
 	defer conn.Close()
-	if err := setBuffers(conn, w.size+1<<20); err != nil {
+	if err := setBuffers(conn, size+1<<20); err != nil {
 		return err
 	}
+	for i, w := range batches {
+		if err := sendBatch(conn, w); err != nil {
+			if len(batches) > 1 {
+				return fmt.Errorf("commit %d of %d: %w", i+1, len(batches), err)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// sendBatch sends w on conn and waits for its acknowledgement.
+func sendBatch(conn *netlink.Conn, w *wireBatch) error {
+	if w.msgs == 0 {
+		return nil
+	}
+	last := w.finish()
 	raw, err := conn.SyscallConn()
 	if err != nil {
 		return err

@@ -3,8 +3,10 @@ package nftables
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -545,5 +547,95 @@ func TestDiffSimpleServiceDataOnly(t *testing.T) {
 		if got, want := f.Dump(), fresh(t, s); got != want {
 			t.Fatalf("step %d differs from a fresh build:\n%s", i+1, lineDiff(want, got))
 		}
+	}
+}
+
+// TestDiffCommitsMakeBeforeBreak: a change that moves a served service
+// entry from one path to another adds the new path in a first commit
+// (after a commit of the new chains and their rules, if any) and deletes
+// the old one a lookup level per commit, so that a packet whose
+// evaluation straddles a commit finds a whole path; a departure or an
+// arrival is one commit.
+func TestDiffCommitsMakeBeforeBreak(t *testing.T) {
+	base := goldenState4()
+	change := func(f func(s *backends.Service)) *backends.State {
+		s := goldenState4()
+		for i := range s.Services {
+			if s.Services[i].Name == "web" {
+				f(&s.Services[i])
+			}
+		}
+		return s
+	}
+	three := []backends.Endpoint{ep("10.244.1.10", 1), ep("10.244.2.10", 1), ep("10.244.3.10", 1)}
+	tests := []struct {
+		name string
+		to   *backends.State
+		want [][]string // per commit, the sets and chains its operations name, in order
+	}{
+		{"simple W 2 to 3", change(func(s *backends.Service) { s.Cluster = three }), [][]string{
+			{"add buckets-cluster-3", "add hairpin-endpoints", "add simple-cluster-3"},
+			{"delete simple-cluster-2"},
+			{"delete buckets-cluster-2"},
+		}},
+		{"simple to a NodePort", change(func(s *backends.Service) { s.NodePort = 30080 }), [][]string{
+			{"add chain external-", "add chain service-", "rules external-", "rules service-"},
+			{"add bucket-classes-cluster", "add bucket-classes-cluster-nodeports", "add buckets-cluster-2-nodeports",
+				"add service-ips", "add service-nodeports"},
+			{"delete simple-services"},
+			{"delete simple-cluster-2"},
+		}},
+		{"departure", func() *backends.State {
+			s := goldenState4()
+			s.Services = slices.DeleteFunc(s.Services, func(v backends.Service) bool { return v.Name == "web" })
+			return s
+		}(), [][]string{
+			{"delete buckets-cluster-2", "delete cluster-ips", "delete hairpin-endpoints", "delete simple-cluster-2", "delete simple-services"},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPlanner(config{family: base.Family, table: DefaultTable, mark: 1 << DefaultMasqueradeBit})
+			old := p.plan(base)
+			tx := Diff(old, p.plan(tt.to))
+			var got [][]string
+			for _, part := range tx.parts() {
+				var names []string
+				for _, o := range part.ops {
+					var n string
+					switch o.kind {
+					case opAddElements:
+						n = "add " + o.set.Name
+					case opDeleteElements:
+						n = "delete " + o.set.Name
+					case opAddChain:
+						n = "add chain " + strings.SplitAfter(o.chain.Name, "-")[0]
+					case opAddRule:
+						n = "rules " + strings.SplitAfter(o.name, "-")[0]
+					default:
+						n = fmt.Sprintf("op %d %s", o.kind, o.name)
+					}
+					if len(names) == 0 || names[len(names)-1] != n {
+						names = append(names, n)
+					}
+				}
+				got = append(got, names)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("commits\n%q\nwant\n%q\n%s", got, tt.want, tx)
+			}
+			// And the commits, applied in turn, give a fresh build.
+			f := NewFake()
+			b := newFakeBackend(t, f, base.Family)
+			if err := b.Sync(context.Background(), base); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Sync(context.Background(), tt.to); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := f.Dump(), fresh(t, tt.to); got != want {
+				t.Errorf("differs from a fresh build:\n%s", lineDiff(want, got))
+			}
+		})
 	}
 }

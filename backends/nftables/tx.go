@@ -2,17 +2,49 @@ package nftables
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/wasp-proxy/wasp/backends"
 )
 
 // Transaction is a batch of operations on one table that the kernel
-// applies atomically: all or nothing.
+// applies atomically: all or nothing. A Transaction from Diff may be
+// several commits in a row (see Diff), each atomic: a failed one leaves
+// the commits before it applied.
 type Transaction struct {
 	Family backends.Family
 	Table  string
 	ops    []op
+	// commits are the indices of ops where a new commit starts, after
+	// the first; empty: one commit.
+	commits []int
+}
+
+// parts returns tx's commits, one Transaction each.
+func (tx *Transaction) parts() []*Transaction {
+	if len(tx.commits) == 0 {
+		return []*Transaction{tx}
+	}
+	out := make([]*Transaction, 0, len(tx.commits)+1)
+	from := 0
+	for _, to := range append(slices.Clone(tx.commits), len(tx.ops)) {
+		out = append(out, &Transaction{Family: tx.Family, Table: tx.Table, ops: tx.ops[from:to:to]})
+		from = to
+	}
+	return out
+}
+
+// commit starts a new commit at the next operation, unless the current
+// one is empty.
+func (tx *Transaction) commit() {
+	last := 0
+	if n := len(tx.commits); n > 0 {
+		last = tx.commits[n-1]
+	}
+	if len(tx.ops) > last {
+		tx.commits = append(tx.commits, len(tx.ops))
+	}
 }
 
 type opKind uint8
@@ -50,7 +82,10 @@ func (tx *Transaction) Len() int { return len(tx.ops) }
 func (tx *Transaction) String() string {
 	var b strings.Builder
 	t := ipKeyword(tx.Family) + " " + tx.Table
-	for _, o := range tx.ops {
+	for i, o := range tx.ops {
+		if slices.Contains(tx.commits, i) {
+			b.WriteString("# commit\n")
+		}
 		switch o.kind {
 		case opAddTable:
 			fmt.Fprintf(&b, "add table %s\n", t)
