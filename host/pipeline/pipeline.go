@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -201,6 +202,9 @@ type Pipeline struct {
 	// to tell which Run an encoding is of.
 	chunks []chunkInput
 	runs   uint64
+	// scratch is the stages' bookkeeping, kept from one stage and Run to
+	// the next with the buffers.
+	scratch stageScratch
 	// grown: a batch split across instances grew the workers' buffers
 	// and the modules' instances, and Release has not run since.
 	grown bool
@@ -211,6 +215,15 @@ type worker struct {
 	enc     abi.Encoder
 	in, out []byte
 	res     []abi.Result
+}
+
+// stageScratch holds what a stage's evaluation needs besides the
+// workers' buffers; every field is rebuilt by each stage.
+type stageScratch struct {
+	live     []int
+	outcomes []outcome
+	tasks    []task
+	iso      isolation
 }
 
 // chunkInput is the encoded input of a batch chunk: the ports
@@ -357,6 +370,7 @@ func (p *Pipeline) Release(ctx context.Context) {
 	p.grown = false
 	clear(p.workers)
 	p.chunks = nil
+	p.scratch = stageScratch{}
 	for _, stage := range abi.Stages {
 		m, ok := p.opts.Modules[stage].(shrinker)
 		if !ok {
@@ -385,12 +399,13 @@ func (p *Pipeline) run(ctx context.Context, node abi.Node, ports []Port) (_ []Re
 
 	for _, stage := range abi.Stages {
 		// Ports that failed an earlier stage are settled; run the rest.
-		live := make([]int, 0, n)
+		live := p.scratch.live[:0]
 		for i := range n {
 			if !failed[i] {
 				live = append(live, i)
 			}
 		}
+		p.scratch.live = live
 		if len(live) == 0 {
 			break
 		}
@@ -471,7 +486,10 @@ func (p *Pipeline) runStage(ctx context.Context, stage abi.Stage, node abi.Node,
 		return 0
 	}
 	q := p.quarantine[stage]
-	outcomes := make([]outcome, len(sps))
+	sc := &p.scratch
+	outcomes := slices.Grow(sc.outcomes[:0], len(sps))[:len(sps)]
+	clear(outcomes) // outCalled
+	sc.outcomes = outcomes
 	batch, alone := live, []task(nil)
 	if len(q) > 0 {
 		batch = make([]int, 0, len(live))
@@ -489,7 +507,7 @@ func (p *Pipeline) runStage(ctx context.Context, stage abi.Stage, node abi.Node,
 		}
 	}
 	chunks := 0
-	var tasks []task
+	tasks := sc.tasks[:0]
 	if len(batch) > 0 {
 		chunks = max(1, min(mod.Instances(), len(batch)/p.opts.MinChunk))
 		size := (len(batch) + chunks - 1) / chunks
@@ -500,11 +518,19 @@ func (p *Pipeline) runStage(ctx context.Context, stage abi.Stage, node abi.Node,
 			tasks = append(tasks, task{idx: batch[lo:min(lo+size, len(batch))], chunk: &p.chunks[k]})
 		}
 	}
-	is := &isolation{
+	sc.tasks = tasks
+	// The isolation of the stage before is over: run returned after its
+	// last goroutine was done with it.
+	is := &sc.iso
+	*is = isolation{
 		p: p, ctx: ctx, stage: stage, node: node, mod: mod, sps: sps, decisions: decisions, errs: errs, outcomes: outcomes,
 		workers: p.workers[:max(1, min(mod.Instances(), len(p.workers)))],
 	}
 	is.run(tasks, alone)
+	// Nothing of the Run is kept past it: the next stage or Run sets
+	// every field again.
+	*is = isolation{}
+	clear(tasks[:cap(tasks)])
 	p.settle(ctx, stage, node, ports, sps, decisions, live, errs, outcomes)
 	return chunks
 }
