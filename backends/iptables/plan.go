@@ -326,7 +326,11 @@ func (p *planner) service(w *stateWide, s *backends.Service) *Fragment {
 		if chain == internalChain && in.Verdict == backends.Forward {
 			c.Rules = append(c.Rules, p.internalMasq(w, name, cipMatch)...)
 		}
-		c.Rules = append(c.Rules, endpointRules(n.base, name, l4, w.large, s.AffinityTimeout, eps)...)
+		// "-p" alone: DNAT to a port needs the protocol, and a "-m tcp"
+		// without options would be one more match per endpoint for the
+		// kernel to check at every restore (iptables-legacy replaces
+		// the whole table: 100k of them at 10k service ports).
+		c.Rules = append(c.Rules, endpointRules(n.base, name, "-p "+proto, w.large, s.AffinityTimeout, eps)...)
 		return c
 	}
 	if usesSVC {
@@ -403,7 +407,7 @@ func (p *planner) internalMasq(w *stateWide, name, cipMatch string) []string {
 }
 
 // endpointRules are a policy chain's DNAT rules to its endpoints (l4,
-// the protocol match, lets DNAT take a port): with affinity, first one
+// the protocol, lets DNAT take a port): with affinity, first one
 // per endpoint for the clients its affinity list saw within timeout
 // seconds, which refreshes their entry; then the weighted choice
 // (Probabilities), which, with affinity, adds the client to the list of
