@@ -23,9 +23,10 @@ const driftSyncPeriod = 3 * time.Second
 
 // TestDrift changes wasp's nftables table behind its back with the nft
 // command, as an operator or another agent would, while wasp runs: an
-// endpoint's element deleted, a Service's chain flushed. Each breaks the
-// Service; wasp notices at its next drift check, logs what it repairs,
-// counts it, and the Service answers again, with no change in the cluster.
+// endpoint's element deleted, a Service's chain flushed, a simple service
+// port's element deleted. Each breaks the Service; wasp notices at its
+// next drift check, logs what it repairs, counts it, and the Service
+// answers again, with no change in the cluster.
 func TestDrift(t *testing.T) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Skip("e2e drift test: the nft command is not installed (Debian: apt-get install nftables)")
@@ -37,10 +38,16 @@ func TestDrift(t *testing.T) {
 	s := &suite{env: env, ctx: ctx}
 
 	ns := s.namespace(t)
-	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "drift", Namespace: ns})
+	// A NodePort Service has chains of its own; a ClusterIP-only one is
+	// simple: elements only (backends/nftables, "simple service ports").
+	svc := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "drift", Namespace: ns, Type: v1.ServiceTypeNodePort})
 	s.env.SetEndpoints(s.ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-1")...)
 	ip := fw.ClusterIP(t, svc, v1.IPv4Protocol)
+	simple := s.env.CreateService(s.ctx, t, fw.ServiceSpec{Name: "drift-simple", Namespace: ns})
+	s.env.SetEndpoints(s.ctx, t, simple, v1.IPv4Protocol, fw.Ready("a-2")...)
+	simpleIP := fw.ClusterIP(t, simple, v1.IPv4Protocol)
 	s.waitFor(t, s.client(), "tcp", ip, 80, "a-1")
+	s.waitFor(t, s.client(), "tcp", simpleIP, 80, "a-2")
 
 	// No drift while nobody touches the table: checks pass, none repairs.
 	fw.Eventually(t, converge, func() error {
@@ -63,21 +70,33 @@ func TestDrift(t *testing.T) {
 
 	serviceChain := serviceChainOf(t, s, ip)
 	for _, tc := range []struct {
-		name    string
-		nft     []string
-		object  string
-		logged  string // in the log line of the repair
-		example string
+		name   string
+		ip     netip.Addr // the Service the change breaks
+		pod    string     // its one endpoint
+		nft    []string
+		object string
+		logged string // in the log line of the repair
 	}{{
 		name:   "endpoint element deleted",
+		ip:     ip,
+		pod:    "a-1",
 		nft:    []string{"delete", "element", "ip", "wasp", "buckets-cluster-1", fmt.Sprintf("{ %s . tcp . 80 . 0 }", ip)},
 		object: "element",
 		logged: fmt.Sprintf("map buckets-cluster-1: element %s . tcp . 80 . 0 missing", ip),
 	}, {
 		name:   "service chain flushed",
+		ip:     ip,
+		pod:    "a-1",
 		nft:    []string{"flush", "chain", "ip", "wasp", serviceChain},
 		object: "rule",
 		logged: fmt.Sprintf("chain %s: 0 rules, want ", serviceChain),
+	}, {
+		name:   "simple service element deleted",
+		ip:     simpleIP,
+		pod:    "a-2",
+		nft:    []string{"delete", "element", "ip", "wasp", "simple-services", fmt.Sprintf("{ %s . tcp . 80 }", simpleIP)},
+		object: "element",
+		logged: fmt.Sprintf("set simple-services: element %s . tcp . 80 missing", simpleIP),
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			before, err := scrape(s)
@@ -93,11 +112,11 @@ func TestDrift(t *testing.T) {
 			}
 			// The change breaks the Service until the repair; a check may
 			// repair it before this request, so a success proves nothing.
-			_, brokenErr := fw.Ask(s.client(), "tcp", ip, 80, 500*time.Millisecond)
+			_, brokenErr := fw.Ask(s.client(), "tcp", tc.ip, 80, 500*time.Millisecond)
 
 			var back time.Duration
 			fw.Eventually(t, converge, func() error {
-				if _, err := fw.Ask(s.client(), "tcp", ip, 80, 500*time.Millisecond); err != nil {
+				if _, err := fw.Ask(s.client(), "tcp", tc.ip, 80, 500*time.Millisecond); err != nil {
 					return err
 				}
 				back = time.Since(changed)
@@ -120,7 +139,7 @@ func TestDrift(t *testing.T) {
 			if !strings.Contains(line, tc.logged) {
 				t.Errorf("the repair's log line %q does not name %q", line, tc.logged)
 			}
-			expectOnly(t, s.client(), "tcp", ip, 80, 10, "a-1")
+			expectOnly(t, s.client(), "tcp", tc.ip, 80, 10, tc.pod)
 			t.Logf("%s: broken right after (%v); answering again after %v (sync period %v); log: %s",
 				tc.name, brokenErr, back.Round(100*time.Millisecond), driftSyncPeriod, line[strings.Index(line, "]")+1:])
 		})
