@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 
@@ -15,7 +14,6 @@ import (
 
 	"github.com/wasp-proxy/wasp/backends"
 	"github.com/wasp-proxy/wasp/backends/iptables/xtables"
-	"github.com/wasp-proxy/wasp/internal/nsthread"
 )
 
 // xtKernel programs the node through the binaries of one iptables
@@ -138,23 +136,10 @@ func CleanupLeftovers(ctx context.Context, netns string) error {
 // legacyTables returns which of the nat and filter tables of the legacy
 // variant of family are loaded in the network namespace at netns.
 func legacyTables(netns string, family backends.Family) ([]string, error) {
-	file := "/proc/thread-self/net/ip_tables_names"
-	if family == backends.IPv6 {
-		file = "/proc/thread-self/net/ip6_tables_names"
-	}
-	var names []byte
-	err := nsthread.Do(netns, func() error {
-		var err error
-		names, err = os.ReadFile(file)
-		if errors.Is(err, os.ErrNotExist) { // the module is not loaded
-			return nil
-		}
-		return err
-	})
+	loaded, err := xtables.LegacyTables(netns, family)
 	if err != nil {
-		return nil, fmt.Errorf("iptables legacy %s: list the loaded tables: %w", family.String(), err)
+		return nil, err
 	}
-	loaded := strings.Fields(string(names))
 	var out []string
 	for _, t := range []string{TableNAT, TableFilter} {
 		if slices.Contains(loaded, t) {
@@ -167,7 +152,7 @@ func legacyTables(netns string, family backends.Family) ([]string, error) {
 // Probe checks that the iptables backend can run in the network
 // namespace at netns: the binaries of a variant are installed, the
 // variant the node uses is detected, the nat table of at least one
-// family can be read (a node may lack IPv6 nat; the Backend of a family
+// family can be read (its POSTROUTING chain) (a node may lack IPv6 nat; the Backend of a family
 // without it fails its first Sync with the binary's message), and a
 // hash:ip,port,ip ipset can be made and matched in a rule of that table
 // (the hairpin set; probeSets). The error says what is missing.
@@ -182,7 +167,12 @@ func Probe(ctx context.Context, netns string) error {
 		if err != nil {
 			return fmt.Errorf("iptables %s: %w", family.String(), err)
 		}
-		if _, err := r.Save(ctx, TableNAT); err != nil {
+		// One rule of POSTROUTING, not the table: a save of the nat table
+		// costs seconds on a node with many Services.
+		if ok, err := r.ChainExists(ctx, TableNAT, "POSTROUTING"); err != nil || !ok {
+			if err == nil {
+				err = errors.New("no POSTROUTING chain")
+			}
 			errs = append(errs, fmt.Errorf("iptables %s %s: the nat table is not usable: %w", v, family.String(), err))
 			continue
 		}
@@ -202,7 +192,10 @@ const (
 )
 
 // probeSets makes a set of the hairpin sets' type, an entry in it, and a
-// nat rule that matches it as ChainPostrouting does, then removes them.
+// rule that matches it as ChainPostrouting does, then removes them. The
+// rule goes in the filter table, not nat: the set match is the same in
+// every table, and with iptables-legacy each write replaces its table
+// whole, which costs seconds for a nat table of many Services.
 func probeSets(ctx context.Context, r *xtables.Runner, netns string, family backends.Family) (err error) {
 	sets := netnsSets{netns}
 	if err := sets.ensureSet(ctx, probeSet, family); err != nil {
@@ -220,10 +213,10 @@ func probeSets(ctx context.Context, r *xtables.Runner, netns string, family back
 	if err := sets.addToSet(ctx, probeSet, []HairpinEntry{{Addr: a, Protocol: backends.TCP, Port: 80}}); err != nil {
 		return err
 	}
-	rule := "*nat\n:" + probeChain + " - [0:0]\n-A " + probeChain + " -m set --match-set " + probeSet + " dst,dst,src -j RETURN\nCOMMIT\n"
+	rule := "*filter\n:" + probeChain + " - [0:0]\n-A " + probeChain + " -m set --match-set " + probeSet + " dst,dst,src -j RETURN\nCOMMIT\n"
 	ruleErr := r.Restore(ctx, []byte(rule))
 	// The declaration makes the chain if the rule's section failed.
-	if err := r.Restore(ctx, []byte("*nat\n:"+probeChain+" - [0:0]\n-X "+probeChain+"\nCOMMIT\n")); err != nil && ruleErr == nil {
+	if err := r.Restore(ctx, []byte("*filter\n:"+probeChain+" - [0:0]\n-X "+probeChain+"\nCOMMIT\n")); err != nil && ruleErr == nil {
 		return fmt.Errorf("delete chain %s: %w", probeChain, err)
 	}
 	if ruleErr != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/klog/v2"
@@ -32,13 +33,19 @@ const (
 //
 // Only a variant whose binaries are installed is considered, so with one
 // variant missing the other is chosen; with both missing the error wraps
-// ErrNotInstalled. Detect reads the rules with the save binaries, and
-// reads iptables-legacy's tables whole, never with -t mangle, which would
-// create a legacy mangle table on a node that has none. reason says which
-// evidence decided, for the log.
+// ErrNotInstalled. Detect reads the rules with the save binaries, the
+// mangle tables alone for the hints, and every table only when no hint
+// decided. It reads iptables-legacy's mangle table only where the kernel
+// lists it (LegacyTables): iptables-legacy -t mangle would create one on
+// a node that has none. So on a node with kubelet's hint Detect costs a
+// few small reads, however many rules the nat table holds. reason says
+// which evidence decided, for the log.
 func Detect(ctx context.Context, netns string) (v Variant, reason string, err error) {
-	return detect(ctx, netns, osExec{}, searchDirs())
+	return detect(ctx, netns, osExec{}, searchDirs(), LegacyTables)
 }
+
+// loadedTables is LegacyTables, or a test's stand-in.
+type loadedTables func(netns string, family backends.Family) ([]string, error)
 
 // evidence is what one variant's tables say.
 type evidence struct {
@@ -48,7 +55,7 @@ type evidence struct {
 	failed    []string
 }
 
-func detect(ctx context.Context, netns string, ex execer, dirs []string) (Variant, string, error) {
+func detect(ctx context.Context, netns string, ex execer, dirs []string, loaded loadedTables) (Variant, string, error) {
 	ev := map[Variant]*evidence{}
 	var missing []error
 	for _, v := range []Variant{NFT, Legacy} {
@@ -75,15 +82,6 @@ func detect(ctx context.Context, netns string, ex execer, dirs []string) (Varian
 		return Legacy, "only iptables-legacy is installed", nil
 	}
 
-	// The hints. iptables-nft can list mangle alone cheaply, and
-	// creates nothing; iptables-legacy -t mangle would create the table,
-	// so legacy is read whole (which counts its rules too).
-	if err := nft.read(ctx, netns, ex, dirs, NFT, true); err != nil {
-		return "", "", err
-	}
-	if err := legacy.read(ctx, netns, ex, dirs, Legacy, false); err != nil {
-		return "", "", err
-	}
 	defer func() {
 		for _, v := range []Variant{NFT, Legacy} {
 			if len(ev[v].failed) > 0 {
@@ -91,15 +89,26 @@ func detect(ctx context.Context, netns string, ex execer, dirs []string) (Varian
 			}
 		}
 	}()
-	switch {
-	case nft.hint != "":
+	// The hints, in the mangle tables alone: iptables-nft lists one table
+	// without creating it; iptables-legacy's is read only where it exists.
+	if err := nft.read(ctx, netns, ex, dirs, NFT, true, loaded); err != nil {
+		return "", "", err
+	}
+	if nft.hint != "" {
 		return NFT, nft.hint + " is in the mangle table of iptables-nft", nil
-	case legacy.hint != "":
+	}
+	if err := legacy.read(ctx, netns, ex, dirs, Legacy, true, loaded); err != nil {
+		return "", "", err
+	}
+	if legacy.hint != "" {
 		return Legacy, legacy.hint + " is in the mangle table of iptables-legacy", nil
 	}
 
-	// The rules.
-	if err := nft.read(ctx, netns, ex, dirs, NFT, false); err != nil {
+	// The rules, every table of both variants.
+	if err := legacy.read(ctx, netns, ex, dirs, Legacy, false, loaded); err != nil {
+		return "", "", err
+	}
+	if err := nft.read(ctx, netns, ex, dirs, NFT, false, loaded); err != nil {
 		return "", "", err
 	}
 	why := fmt.Sprintf("no %s or %s chain in either variant, and iptables-legacy holds %d rules, iptables-nft %d",
@@ -114,15 +123,26 @@ func detect(ctx context.Context, netns string, ex execer, dirs []string) (Varian
 }
 
 // read adds what the save binaries of v (both families) say to e: the
-// mangle table only, or every table, whose rules it counts. A binary that
-// is missing (ip6tables only) or fails adds nothing; only one that cannot
-// run at all (the namespace is gone, ctx is done) is an error.
-func (e *evidence) read(ctx context.Context, netns string, ex execer, dirs []string, v Variant, mangleOnly bool) error {
+// mangle table only (Legacy: only where loaded lists it), or every table,
+// whose rules it counts. A binary that is missing (ip6tables only) or
+// fails adds nothing; only one that cannot run at all (the namespace is
+// gone, ctx is done) is an error.
+func (e *evidence) read(ctx context.Context, netns string, ex execer, dirs []string, v Variant, mangleOnly bool, loaded loadedTables) error {
 	for _, family := range []backends.Family{backends.IPv4, backends.IPv6} {
 		name, _ := command(v, family, toolSave)
 		paths, err := lookPaths(dirs, name)
 		if err != nil {
 			continue
+		}
+		if mangleOnly && v == Legacy {
+			tables, err := loaded(netns, family)
+			if err != nil {
+				e.failed = append(e.failed, err.Error())
+				continue
+			}
+			if !slices.Contains(tables, "mangle") {
+				continue
+			}
 		}
 		argv := []string{paths[0]}
 		if mangleOnly {

@@ -3,9 +3,12 @@ package xtables
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/wasp-proxy/wasp/backends"
 )
 
 // saveOutput is what a save binary writes for tables, each a name and
@@ -31,6 +34,31 @@ var (
 	}
 )
 
+// legacyKernel returns what LegacyTables says of a kernel whose legacy
+// tables are those the whole saves in replies list, family by family, and
+// adds to replies what "-t mangle" prints of them: the mangle table alone.
+func legacyKernel(replies map[string]result) loadedTables {
+	tables := map[backends.Family][]string{}
+	for family, save := range map[backends.Family]string{backends.IPv4: "iptables-legacy-save", backends.IPv6: "ip6tables-legacy-save"} {
+		r, ok := replies[save]
+		if !ok || r.code != 0 {
+			continue
+		}
+		var mangle []string
+		for _, part := range strings.Split(string(r.stdout), "*")[1:] {
+			lines := strings.Split(strings.TrimSuffix(part, "COMMIT\n"), "\n")
+			tables[family] = append(tables[family], lines[0])
+			if lines[0] == "mangle" {
+				mangle = lines[:len(lines)-1]
+			}
+		}
+		if mangle != nil {
+			replies[save+" -t mangle"] = saveOutput(mangle)
+		}
+	}
+	return func(_ string, family backends.Family) ([]string, error) { return tables[family], nil }
+}
+
 func TestDetect(t *testing.T) {
 	const (
 		nft4m  = "iptables-nft-save -t mangle"
@@ -39,6 +67,8 @@ func TestDetect(t *testing.T) {
 		nft6   = "ip6tables-nft-save"
 		leg4   = "iptables-legacy-save"
 		leg6   = "ip6tables-legacy-save"
+		leg4m  = "iptables-legacy-save -t mangle"
+		leg6m  = "ip6tables-legacy-save -t mangle"
 		nftBin = "iptables-nft iptables-nft-save iptables-nft-restore ip6tables-nft-save"
 		legBin = "iptables-legacy iptables-legacy-save iptables-legacy-restore ip6tables-legacy-save"
 	)
@@ -69,7 +99,7 @@ func TestDetect(t *testing.T) {
 				leg4:  saveOutput(mangleWithHint, filterRules(9)),
 			},
 			want: NFT, wantReason: "KUBE-IPTABLES-HINT is in the mangle table of iptables-nft",
-			wantCalls: []string{nft4m, nft6m, leg4, leg6},
+			wantCalls: []string{nft4m, nft6m},
 		},
 		{
 			name: "the canary in legacy wins over nft's rules", binaries: nftBin + " " + legBin,
@@ -79,7 +109,15 @@ func TestDetect(t *testing.T) {
 				leg6:  saveOutput(mangleWithCanary),
 			},
 			want: Legacy, wantReason: "KUBE-KUBELET-CANARY is in the mangle table of iptables-legacy",
-			wantCalls: []string{nft4m, nft6m, leg4, leg6},
+			wantCalls: []string{nft4m, nft6m, leg6m},
+		},
+		{
+			name: "legacy's hint is read from its mangle table alone", binaries: nftBin + " " + legBin,
+			replies: map[string]result{
+				leg4: saveOutput(filterRules(3), mangleWithHint, []string{"nat", ":KUBE-SERVICES - [0:0]", "-A KUBE-SERVICES -j RETURN"}),
+			},
+			want: Legacy, wantReason: "KUBE-IPTABLES-HINT is in the mangle table of iptables-legacy",
+			wantCalls: []string{nft4m, nft6m, leg4m},
 		},
 		{
 			name: "a hint outside mangle is no hint", binaries: nftBin + " " + legBin,
@@ -130,8 +168,13 @@ func TestDetect(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &fakeExec{replies: tc.replies}
-			v, reason, err := detect(context.Background(), "/run/netns/t", f, []string{binDir(t, strings.Fields(tc.binaries)...)})
+			replies := maps.Clone(tc.replies)
+			if replies == nil {
+				replies = map[string]result{}
+			}
+			loaded := legacyKernel(replies)
+			f := &fakeExec{replies: replies}
+			v, reason, err := detect(context.Background(), "/run/netns/t", f, []string{binDir(t, strings.Fields(tc.binaries)...)}, loaded)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,7 +197,7 @@ func TestDetect(t *testing.T) {
 
 func TestDetectErrors(t *testing.T) {
 	t.Run("nothing installed", func(t *testing.T) {
-		_, _, err := detect(context.Background(), "", &fakeExec{}, []string{t.TempDir()})
+		_, _, err := detect(context.Background(), "", &fakeExec{}, []string{t.TempDir()}, legacyKernel(nil))
 		if !errors.Is(err, ErrNotInstalled) {
 			t.Fatalf("detect = %v, want ErrNotInstalled", err)
 		}
@@ -166,7 +209,7 @@ func TestDetectErrors(t *testing.T) {
 	})
 	t.Run("a binary that cannot run", func(t *testing.T) {
 		boom := errors.New("open network namespace: no such file")
-		_, _, err := detect(context.Background(), "/run/netns/gone", &fakeExec{err: boom}, []string{binDir(t, allBinaries...)})
+		_, _, err := detect(context.Background(), "/run/netns/gone", &fakeExec{err: boom}, []string{binDir(t, allBinaries...)}, legacyKernel(nil))
 		if !errors.Is(err, boom) {
 			t.Fatalf("detect = %v, want %v", err, boom)
 		}
