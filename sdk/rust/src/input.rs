@@ -23,6 +23,10 @@ pub struct Input<'a> {
     port_count: u32,
     index_count: u32,
     strings: &'a str,
+    // zone is the node's zone label, looked up once per batch rather
+    // than per port (None: the node's labels are malformed, and zone()
+    // panics as label() does).
+    zone: Option<&'a str>,
 }
 
 impl<'a> Input<'a> {
@@ -55,8 +59,8 @@ impl<'a> Input<'a> {
             return None;
         }
         let so = u(HDR_STRINGS_OFF) as usize;
-        let strings = std::str::from_utf8(&b[so..so + u(HDR_STRINGS_LEN) as usize]).ok()?;
-        Some(Input {
+        let strings = utf8(&b[so..so + u(HDR_STRINGS_LEN) as usize])?;
+        let mut x = Input {
             b,
             stage,
             ports: u(HDR_PORTS_OFF) as usize,
@@ -68,7 +72,11 @@ impl<'a> Input<'a> {
             port_count,
             index_count,
             strings,
-        })
+            zone: None,
+        };
+        x.zone = x.try_label(u(HDR_NODE_LABEL_FIRST), u(HDR_NODE_LABEL_COUNT), LABEL_TOPOLOGY_ZONE.as_bytes())
+            .map(|v| v.unwrap_or(""));
+        Some(x)
     }
 
     /// The stage the batch is for.
@@ -115,31 +123,115 @@ impl<'a> Input<'a> {
 
     /// The string referenced by the strref at offset o.
     fn str_at(&self, o: usize) -> &'a str {
+        self.try_str_at(o).expect("wasp: string reference outside the string area")
+    }
+
+    /// The string referenced by the strref at offset o, `None` if it lies
+    /// outside the string area or splits a character.
+    fn try_str_at(&self, o: usize) -> Option<&'a str> {
         let (off, n) = (u32_at(self.b, o) as usize, u32_at(self.b, o + 4) as usize);
         if n == 0 {
-            return "";
+            return Some("");
         }
+        self.strings.get(off..off.checked_add(n)?)
+    }
+
+    /// The bytes of the string referenced by the strref at offset o, for
+    /// comparisons, which need no character boundaries.
+    ///
+    /// # Panics
+    ///
+    /// If the reference lies outside the string area, as str_at.
+    fn bytes_at(&self, o: usize) -> &'a [u8] {
+        let (off, n) = (u32_at(self.b, o) as usize, u32_at(self.b, o + 4) as usize);
         self.strings
-            .get(off..off + n)
+            .as_bytes()
+            .get(off..off.saturating_add(n))
             .expect("wasp: string reference outside the string area")
     }
 
     /// Looks key up in count pairs starting at pair index first; each list
     /// is sorted by key, so this is a binary search.
     fn label(&self, first: u32, count: u32, key: &str) -> Option<&'a str> {
+        self.try_label(first, count, key.as_bytes())
+            .expect("wasp: string reference outside the string area")
+    }
+
+    /// label, `None` if a string reference it reads is malformed.
+    fn try_label(&self, first: u32, count: u32, key: &[u8]) -> Option<Option<&'a str>> {
         let (mut lo, mut hi) = (0usize, count as usize);
         while lo < hi {
             let m = lo + (hi - lo) / 2;
-            let o = self.pairs + (first as usize + m) * PAIR_SIZE;
-            let k = self.str_at(o);
-            match k.as_bytes().cmp(key.as_bytes()) {
-                std::cmp::Ordering::Equal => return Some(self.str_at(o + STRREF_SIZE)),
+            let o = self.pairs.checked_add((first as usize).checked_add(m)?.checked_mul(PAIR_SIZE)?)?;
+            if o.checked_add(PAIR_SIZE)? > self.b.len() {
+                return None;
+            }
+            let k = self.try_str_at(o)?;
+            match order(k.as_bytes(), key) {
+                std::cmp::Ordering::Equal => return Some(Some(self.try_str_at(o + STRREF_SIZE)?)),
                 std::cmp::Ordering::Less => lo = m + 1,
                 std::cmp::Ordering::Greater => hi = m,
             }
         }
-        None
+        Some(None)
     }
+}
+
+/// The lexicographic order of a and b, compared eight bytes at a time, as
+/// same does.
+pub(crate) fn order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    let (mut x, mut y) = (a.chunks_exact(8), b.chunks_exact(8));
+    for (p, q) in (&mut x).zip(&mut y) {
+        let (p, q) = (u64::from_be_bytes(p.try_into().unwrap()), u64::from_be_bytes(q.try_into().unwrap()));
+        if p != q {
+            return p.cmp(&q);
+        }
+    }
+    // The rest of the shorter, and as much of the longer.
+    let n = a.len().min(b.len()) / 8 * 8;
+    for (p, q) in a[n..].iter().zip(&b[n..]) {
+        if p != q {
+            return p.cmp(q);
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
+/// Whether a and b hold the same bytes, compared eight at a time: the
+/// standard library's comparison calls a byte-at-a-time memcmp on this
+/// target, and hints are compared for every endpoint.
+#[inline]
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (mut x, mut y) = (a.chunks_exact(8), b.chunks_exact(8));
+    for (p, q) in (&mut x).zip(&mut y) {
+        if u64::from_le_bytes(p.try_into().unwrap()) != u64::from_le_bytes(q.try_into().unwrap()) {
+            return false;
+        }
+    }
+    x.remainder().iter().zip(y.remainder()).all(|(p, q)| p == q)
+}
+
+/// b as a str, if it is UTF-8. A batch's string area is usually ASCII
+/// (Kubernetes names), which this checks eight bytes at a time before
+/// leaving anything else to the standard library's validation: that
+/// validation alone was a third of a small stage's work.
+pub(crate) fn utf8(b: &[u8]) -> Option<&str> {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut words = b.chunks_exact(32);
+    let mut acc = 0u64;
+    for w in &mut words {
+        let word = |k: usize| u64::from_le_bytes(w[k..k + 8].try_into().unwrap());
+        acc |= word(0) | word(8) | word(16) | word(24);
+    }
+    let ascii = acc & HIGH == 0 && words.remainder().iter().all(|c| c.is_ascii());
+    if ascii {
+        // SAFETY: ASCII is UTF-8.
+        return Some(unsafe { std::str::from_utf8_unchecked(b) });
+    }
+    std::str::from_utf8(b).ok()
 }
 
 /// The node a batch is evaluated for.
@@ -163,7 +255,10 @@ impl<'a> Node<'a> {
 
     /// The node's `topology.kubernetes.io/zone` label (`""` if unset).
     pub fn zone(&self) -> &'a str {
-        self.label(LABEL_TOPOLOGY_ZONE).unwrap_or("")
+        match self.x.zone {
+            Some(z) => z,
+            None => self.label(LABEL_TOPOLOGY_ZONE).unwrap_or(""),
+        }
     }
 }
 
@@ -408,7 +503,8 @@ impl<'a> Strings<'a> {
 
     /// Whether `v` is one of the strings.
     pub fn contains(&self, v: &str) -> bool {
-        self.iter().any(|s| s == v)
+        let v = v.as_bytes();
+        (0..self.n).any(|i| same(self.x.bytes_at(self.x.hints + (self.first + i) * STRREF_SIZE), v))
     }
 
     /// The strings, in order.

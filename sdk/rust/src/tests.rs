@@ -3,6 +3,7 @@
 
 use std::net::IpAddr;
 
+use crate::input::{order, same, utf8};
 use crate::metadata::validators;
 use crate::output::Writer;
 use crate::*;
@@ -236,6 +237,54 @@ fn malformed_input_gives_no_output() {
     assert!(m.run(Stage::TrafficPolicy, &good).is_none());
     // The good batch still works after all that.
     assert!(m.run(Stage::Topology, &good).is_some());
+}
+
+#[test]
+fn byte_comparisons_agree_with_the_standard_library() {
+    // Lengths around the eight-byte words, differences at every position.
+    let mut cases: Vec<Vec<u8>> = vec![Vec::new()];
+    for n in [1, 7, 8, 9, 15, 16, 17, 27, 40] {
+        let base: Vec<u8> = (0..n).map(|i| b'a' + (i % 26) as u8).collect();
+        for k in 0..n {
+            let mut v = base.clone();
+            v[k] = b'z';
+            cases.push(v);
+            let mut v = base.clone();
+            v[k] = 0x80 | v[k];
+            cases.push(v);
+        }
+        cases.push(base[..n - 1].to_vec());
+        cases.push(base);
+    }
+    for a in &cases {
+        for b in &cases {
+            assert_eq!(order(a, b), a.cmp(b), "order({:?}, {:?})", a, b);
+            assert_eq!(same(a, b), a == b, "same({:?}, {:?})", a, b);
+        }
+    }
+}
+
+#[test]
+fn string_area_validation_agrees_with_the_standard_library() {
+    let ascii: Vec<u8> = (0..100).map(|i| b' ' + (i % 90) as u8).collect();
+    let mut cases = vec![Vec::new(), ascii.clone()];
+    for k in [0, 7, 31, 32, 33, 63, 64, 99] {
+        let mut v = ascii.clone();
+        v[k] = 0xff; // never UTF-8
+        cases.push(v);
+        let mut v = ascii.clone();
+        v.splice(k..k + 1, "é".bytes()); // two bytes of UTF-8
+        cases.push(v);
+        cases.push(prefix(&"é".repeat(60), k));
+    }
+    for c in &cases {
+        assert_eq!(utf8(c), std::str::from_utf8(c).ok(), "{:?}", c);
+    }
+}
+
+/// The first n bytes of s, which may split a character.
+fn prefix(s: &str, n: usize) -> Vec<u8> {
+    s.as_bytes()[..n.min(s.len())].to_vec()
 }
 
 #[test]
