@@ -37,6 +37,14 @@ impl Global {
         unsafe { (*self.0.get()).call(stage, ptr, len) }
     }
 
+    /// Runs f on the module: a stage export's way to pass its handler
+    /// to the generic [`Module`] call of its stage.
+    #[doc(hidden)]
+    pub fn with<R>(&self, f: impl FnOnce(&mut Module) -> R) -> R {
+        // SAFETY: as in buffer; the reference ends with f.
+        unsafe { f(&mut *self.0.get()) }
+    }
+
     #[doc(hidden)]
     pub fn configure(&self, ptr: u32, len: u32) -> u64 {
         // SAFETY: as in buffer.
@@ -124,22 +132,19 @@ macro_rules! module {
             $(
                 #[no_mangle]
                 pub extern "C" fn wasp_topology(ptr: u32, len: u32) -> u64 {
-                    let _ = $crate::__first!((), $topo);
-                    MODULE.call($crate::Stage::Topology, ptr, len)
+                    MODULE.with(|m| m.call_topology(ptr, len, $topo))
                 }
             )?
             $(
                 #[no_mangle]
                 pub extern "C" fn wasp_traffic_policy(ptr: u32, len: u32) -> u64 {
-                    let _ = $crate::__first!((), $policy);
-                    MODULE.call($crate::Stage::TrafficPolicy, ptr, len)
+                    MODULE.with(|m| m.call_traffic_policy(ptr, len, $policy))
                 }
             )?
             $(
                 #[no_mangle]
                 pub extern "C" fn wasp_endpoint_selection(ptr: u32, len: u32) -> u64 {
-                    let _ = $crate::__first!((), $sel);
-                    MODULE.call($crate::Stage::EndpointSelection, ptr, len)
+                    MODULE.with(|m| m.call_endpoint_selection(ptr, len, $sel))
                 }
             )?
         };

@@ -212,14 +212,28 @@ impl Writer {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
+    /// Appends the values of s, in one copy where the target's byte
+    /// order is the layout's.
+    fn u32s(&mut self, s: &[u32]) {
+        #[cfg(target_endian = "little")]
+        {
+            // SAFETY: a u32 has no padding and every byte pattern is a
+            // u8; on a little-endian target its bytes are its encoding.
+            let b = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const u8, s.len() * 4) };
+            self.buf.extend_from_slice(b);
+        }
+        #[cfg(not(target_endian = "little"))]
+        for &v in s {
+            self.u32(v);
+        }
+    }
+
     fn set(&mut self, s: Option<&[u32]>) {
         match s {
             None => self.u32(NIL_COUNT),
             Some(s) => {
                 self.u32(s.len() as u32);
-                for &v in s {
-                    self.u32(v);
-                }
+                self.u32s(s);
             }
         }
     }
@@ -268,10 +282,10 @@ impl Writer {
     pub(crate) fn selection(&mut self, weights: &[Weight]) {
         self.u32(STATUS_OK);
         self.u32(weights.len() as u32);
-        for w in weights {
-            self.u32(w.index);
-            self.u32(w.weight);
-        }
+        // SAFETY: Weight is repr(C), two u32s: index, then weight, as the
+        // record lays them out.
+        let pairs = unsafe { std::slice::from_raw_parts(weights.as_ptr() as *const u32, weights.len() * 2) };
+        self.u32s(pairs);
         self.count += 1;
     }
 
@@ -363,10 +377,7 @@ impl Module {
             Some(input) => input,
             None => return 0,
         };
-        match run(handlers, out, topo, policy, sel, stage, input) {
-            Some(o) if !o.is_empty() => (o.as_ptr() as usize as u64) << 32 | o.len() as u64,
-            _ => 0,
-        }
+        packed(run(handlers, out, topo, policy, sel, stage, input))
     }
 
     /// Hands `config` to the configuration handler, as the host does
@@ -440,54 +451,157 @@ fn run<'o>(
     stage: Stage,
     input: &[u8],
 ) -> Option<&'o [u8]> {
+    match stage {
+        Stage::Topology => {
+            let f = h.topology?;
+            each(out, stage, input, |out, node, sp| topology(f, topo, out, node, sp))
+        }
+        Stage::TrafficPolicy => {
+            let f = h.traffic_policy?;
+            each(out, stage, input, |out, node, sp| traffic_policy(f, policy, out, node, sp))
+        }
+        Stage::EndpointSelection => {
+            let f = h.endpoint_selection?;
+            each(out, stage, input, |out, node, sp| selection(f, sel, out, node, sp))
+        }
+    }
+}
+
+/// Runs port over every service port of the batch input for stage, and
+/// returns the output, or `None` when the batch is malformed or for
+/// another stage.
+#[inline(always)]
+fn each<'o>(
+    out: &'o mut Writer,
+    stage: Stage,
+    input: &[u8],
+    mut port: impl FnMut(&mut Writer, Node<'_>, ServicePort<'_>),
+) -> Option<&'o [u8]> {
     let x = Input::parse(input)?;
     if x.stage() != stage {
-        return None;
-    }
-    let registered = match stage {
-        Stage::Topology => h.topology.is_some(),
-        Stage::TrafficPolicy => h.traffic_policy.is_some(),
-        Stage::EndpointSelection => h.endpoint_selection.is_some(),
-    };
-    if !registered {
         return None;
     }
     out.reset(stage);
     let node = x.node();
     for sp in x.ports() {
-        let res = match stage {
-            Stage::Topology => {
-                topo.mode = TopologyMode::None;
-                topo.eligible.reset();
-                topo.eligible.mark_used();
-                (h.topology.unwrap())(node, sp, topo).map(|()| {
-                    let eligible = topo.eligible.normalized().unwrap_or(&[]);
-                    out.topology(topo.mode, eligible)
-                })
-            }
-            Stage::TrafficPolicy => {
-                policy.cluster.reset();
-                policy.local.reset();
-                policy.all.reset();
-                policy.has_any_endpoints = false;
-                (h.traffic_policy.unwrap())(node, sp, policy).map(|()| {
-                    let PolicyResult { cluster, local, all, has_any_endpoints } = policy;
-                    out.traffic_policy(
-                        *has_any_endpoints,
-                        cluster.normalized(),
-                        local.normalized(),
-                        all.normalized(),
-                    )
-                })
-            }
-            Stage::EndpointSelection => {
-                sel.weights.clear();
-                (h.endpoint_selection.unwrap())(node, sp, sel).map(|()| out.selection(sel.sorted()))
-            }
-        };
-        if let Err(e) = res {
-            out.error(e.message());
-        }
+        port(out, node, sp);
     }
     Some(out.bytes())
+}
+
+// The handlers of one service port: generic, so that a module!'s stage
+// export calls its handler directly (and may inline it) rather than
+// through a function pointer, which cost an indirect call, and the
+// budget checks the host puts around one, per port.
+
+#[inline(always)]
+fn topology<F>(f: F, topo: &mut TopologyResult, out: &mut Writer, node: Node<'_>, sp: ServicePort<'_>)
+where
+    F: Fn(Node<'_>, ServicePort<'_>, &mut TopologyResult) -> Result<(), Error>,
+{
+    topo.mode = TopologyMode::None;
+    topo.eligible.reset();
+    topo.eligible.mark_used();
+    let res = f(node, sp, topo).map(|()| {
+        let eligible = topo.eligible.normalized().unwrap_or(&[]);
+        out.topology(topo.mode, eligible)
+    });
+    if let Err(e) = res {
+        out.error(e.message());
+    }
+}
+
+#[inline(always)]
+fn traffic_policy<F>(f: F, policy: &mut PolicyResult, out: &mut Writer, node: Node<'_>, sp: ServicePort<'_>)
+where
+    F: Fn(Node<'_>, ServicePort<'_>, &mut PolicyResult) -> Result<(), Error>,
+{
+    policy.cluster.reset();
+    policy.local.reset();
+    policy.all.reset();
+    policy.has_any_endpoints = false;
+    let res = f(node, sp, policy).map(|()| {
+        let PolicyResult { cluster, local, all, has_any_endpoints } = policy;
+        out.traffic_policy(*has_any_endpoints, cluster.normalized(), local.normalized(), all.normalized())
+    });
+    if let Err(e) = res {
+        out.error(e.message());
+    }
+}
+
+#[inline(always)]
+fn selection<F>(f: F, sel: &mut SelectionResult, out: &mut Writer, node: Node<'_>, sp: ServicePort<'_>)
+where
+    F: Fn(Node<'_>, ServicePort<'_>, &mut SelectionResult) -> Result<(), Error>,
+{
+    sel.weights.clear();
+    let res = f(node, sp, sel).map(|()| out.selection(sel.sorted()));
+    if let Err(e) = res {
+        out.error(e.message());
+    }
+}
+
+impl Module {
+    /// Implements the `wasp_topology` export of [`module!`](crate::module)
+    /// with its handler f: [`call`](Module::call) with a direct call of f.
+    #[doc(hidden)]
+    pub fn call_topology<F>(&mut self, ptr: u32, len: u32, f: F) -> u64
+    where
+        F: Fn(Node<'_>, ServicePort<'_>, &mut TopologyResult) -> Result<(), Error>,
+    {
+        self.call_each(Stage::Topology, ptr, len, |out, r, node, sp| topology(&f, &mut r.0, out, node, sp))
+    }
+
+    /// Implements the `wasp_traffic_policy` export of
+    /// [`module!`](crate::module) with its handler f.
+    #[doc(hidden)]
+    pub fn call_traffic_policy<F>(&mut self, ptr: u32, len: u32, f: F) -> u64
+    where
+        F: Fn(Node<'_>, ServicePort<'_>, &mut PolicyResult) -> Result<(), Error>,
+    {
+        self.call_each(Stage::TrafficPolicy, ptr, len, |out, r, node, sp| traffic_policy(&f, &mut r.1, out, node, sp))
+    }
+
+    /// Implements the `wasp_endpoint_selection` export of
+    /// [`module!`](crate::module) with its handler f.
+    #[doc(hidden)]
+    pub fn call_endpoint_selection<F>(&mut self, ptr: u32, len: u32, f: F) -> u64
+    where
+        F: Fn(Node<'_>, ServicePort<'_>, &mut SelectionResult) -> Result<(), Error>,
+    {
+        self.call_each(Stage::EndpointSelection, ptr, len, |out, r, node, sp| selection(&f, &mut r.2, out, node, sp))
+    }
+
+    /// Runs port, given the module's result of each stage, over every
+    /// service port of the input buffer's len bytes at ptr, for stage.
+    #[inline(always)]
+    fn call_each(
+        &mut self,
+        stage: Stage,
+        ptr: u32,
+        len: u32,
+        mut port: impl FnMut(
+            &mut Writer,
+            &mut (&mut TopologyResult, &mut PolicyResult, &mut SelectionResult),
+            Node<'_>,
+            ServicePort<'_>,
+        ),
+    ) -> u64 {
+        let Module { inbuf, out, topo, policy, sel, .. } = self;
+        let input = match in_buffer(inbuf, ptr, len) {
+            Some(input) => input,
+            None => return 0,
+        };
+        let mut results = (topo, policy, sel);
+        packed(each(out, stage, input, |out, node, sp| port(out, &mut results, node, sp)))
+    }
+}
+
+/// An output's address and length packed as `address << 32 | length`, 0
+/// for none.
+fn packed(o: Option<&[u8]>) -> u64 {
+    match o {
+        Some(o) if !o.is_empty() => (o.as_ptr() as usize as u64) << 32 | o.len() as u64,
+        _ => 0,
+    }
 }

@@ -158,6 +158,7 @@ impl TopologyMode {
 
 /// The weight of one endpoint in an endpoint-selection result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(C)] // the output record's layout: the SDK copies weights as they are
 pub struct Weight {
     /// The endpoint's index in its service port.
     pub index: u32,
