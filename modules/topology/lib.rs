@@ -63,6 +63,11 @@ fn topology(node: Node, sp: ServicePort, out: &mut TopologyResult) -> Result<(),
             all_zone = all_zone && !zh.is_empty();
             any_node = any_node || h & FOR_NODE != 0;
             any_zone = any_zone || h & FOR_ZONE != 0;
+            if !all_node && !all_zone {
+                // A ready endpoint without hints: no mode applies and
+                // every endpoint is eligible, whatever the others hold.
+                break;
+            }
         }
         let want = if all_node && any_node {
             out.mode = TopologyMode::PreferSameNode;

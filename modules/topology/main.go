@@ -67,6 +67,11 @@ func topology(node wasp.Node, sp wasp.ServicePort, out *wasp.TopologyResult) err
 		allZone = allZone && zh.Len() > 0
 		anyNode = anyNode || h&forNode != 0
 		anyZone = anyZone || h&forZone != 0
+		if !allNode && !allZone {
+			// A ready endpoint without hints: no mode applies and every
+			// endpoint is eligible, whatever the others hold.
+			break
+		}
 	}
 	var want uint8
 	switch {
