@@ -136,17 +136,25 @@ const (
 	// Small optimises for size, each crate on its own: what the SDK's
 	// README tells vendors to use.
 	Small Profile = iota
-	// Fast optimises for speed and links the SDK into the module with
+	// Fast optimises for speed, links the SDK into the module with
 	// link-time optimisation, so that its small accessors inline into the
-	// module's loops: what wasp's default modules are built with.
+	// module's loops, and uses the Wasm features after the MVP that
+	// wazero runs (fastFeatures): what wasp's default modules are built
+	// with.
 	Fast
 )
+
+// fastFeatures are the Wasm features of the Fast profile, all in wazero's
+// core features 2.0: copies become one memory.copy rather than a call to
+// a byte loop (RATIONALE.md, "Why are the default Rust modules built with
+// bulk memory and the other post-MVP features?").
+const fastFeatures = "+bulk-memory,+sign-ext,+nontrapping-fptoint,+mutable-globals"
 
 // flags returns the rustc options of p, for both crates; lto those of the
 // module's link only.
 func (p Profile) flags() (common, lto []string) {
 	if p == Fast {
-		return []string{"-C", "opt-level=3"}, []string{"-C", "lto=fat"}
+		return []string{"-C", "opt-level=3", "-C", "target-feature=" + fastFeatures}, []string{"-C", "lto=fat"}
 	}
 	return []string{"-C", "opt-level=s"}, nil
 }
