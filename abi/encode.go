@@ -11,13 +11,19 @@ var le = binary.LittleEndian
 // Encoder writes input batches. It keeps scratch space between calls so that
 // encoding a batch of the same shape again does not allocate. An Encoder is
 // not safe for concurrent use.
-type Encoder struct {
-	// strings is the string area of the batch being encoded: a window of
-	// the destination buffer, sized for the worst case (no string shared).
-	strings []byte
-	// last remembers the most recent string of each endpoint field, so that
-	// the node and zone names repeated by neighbouring endpoints are stored
-	// once without hashing every string.
+type Encoder struct{}
+
+// strArea writes a batch's string area: a window of the destination
+// buffer, sized for the worst case (no string shared). It lives on the
+// encoding's stack: kept in the Encoder, on the heap, every string it
+// remembered was a write barrier while the collector ran.
+type strArea struct {
+	buf []byte
+	n   int
+	// last remembers the most recent string of each endpoint field kind
+	// (0: node names, 1: zones), so that the node and zone names repeated
+	// by neighbouring endpoints are stored once without hashing every
+	// string.
 	last [2]struct {
 		s   string
 		ref uint64
@@ -179,9 +185,11 @@ func (e *Encoder) Encode(dst []byte, b *Batch) ([]byte, error) {
 	start := len(dst)
 	dst = grow(dst, fixed+n.strings+3)
 	buf := dst[start:]
-	clear(buf[:fixed]) // reserved fields and padding are zero
-	e.strings = buf[fixed:fixed]
-	clear(e.last[:])
+	// Reserved fields and padding are zero; the endpoint table, most of
+	// the batch, writes its own.
+	clear(buf[:endpointsOff])
+	clear(buf[pairsOff:fixed])
+	sa := strArea{buf: buf[fixed:]}
 
 	le.PutUint32(buf[hdrMagic:], InputMagic)
 	le.PutUint16(buf[hdrVersion:], Version)
@@ -198,14 +206,14 @@ func (e *Encoder) Encode(dst []byte, b *Batch) ([]byte, error) {
 	le.PutUint32(buf[hdrIndexCount:], uint32(n.indices))
 	le.PutUint32(buf[hdrIndicesOff:], uint32(indicesOff))
 	le.PutUint32(buf[hdrStringsOff:], uint32(stringsOff))
-	le.PutUint64(buf[hdrNodeName:], e.str(b.Node.Name))
+	le.PutUint64(buf[hdrNodeName:], sa.str(b.Node.Name))
 
 	pair := 0
 	putPairs := func(labels []Label) {
 		for _, l := range labels {
 			o := pairsOff + pair*PairSize
-			le.PutUint64(buf[o:], e.str(l.Key))
-			le.PutUint64(buf[o+8:], e.str(l.Value))
+			le.PutUint64(buf[o:], sa.str(l.Key))
+			le.PutUint64(buf[o+8:], sa.str(l.Value))
 			pair++
 		}
 	}
@@ -217,9 +225,9 @@ func (e *Encoder) Encode(dst []byte, b *Batch) ([]byte, error) {
 	for i := range b.Ports {
 		p := &b.Ports[i]
 		o := portsOff + i*PortSize
-		le.PutUint64(buf[o+portNamespace:], e.str(p.Namespace))
-		le.PutUint64(buf[o+portName:], e.str(p.Name))
-		le.PutUint64(buf[o+portPortName:], e.str(p.PortName))
+		le.PutUint64(buf[o+portNamespace:], sa.str(p.Namespace))
+		le.PutUint64(buf[o+portName:], sa.str(p.Name))
+		le.PutUint64(buf[o+portPortName:], sa.str(p.PortName))
 		buf[o+portProtocol] = byte(p.Protocol)
 		buf[o+portFlags] = portFlagsOf(p)
 		le.PutUint16(buf[o+portPort:], p.Port)
@@ -233,21 +241,24 @@ func (e *Encoder) Encode(dst []byte, b *Batch) ([]byte, error) {
 		for j := range p.Endpoints {
 			x := &p.Endpoints[j]
 			eo := endpointsOff + ep*EndpointSize
-			a := x.Addr.As16() // IPv4 becomes IPv4-mapped IPv6
-			copy(buf[eo+epAddr:eo+epAddr+16], a[:])
-			le.PutUint16(buf[eo+epPort:], x.Port)
-			buf[eo+epFlags] = endpointFlagsOf(x)
-			le.PutUint64(buf[eo+epNodeName:], e.cached(0, x.NodeName))
-			le.PutUint64(buf[eo+epZone:], e.cached(1, x.Zone))
-			le.PutUint32(buf[eo+epHintFirst:], uint32(hint))
-			le.PutUint16(buf[eo+epZoneHintCount:], uint16(len(x.ZoneHints)))
-			le.PutUint16(buf[eo+epNodeHintCount:], uint16(len(x.NodeHints)))
+			// One bounds check per record: the table is most of a batch.
+			rec := (*[EndpointSize]byte)(buf[eo : eo+EndpointSize])
+			*(*[16]byte)(rec[epAddr:]) = x.Addr.As16() // IPv4 becomes IPv4-mapped IPv6
+			le.PutUint16(rec[epPort:], x.Port)
+			rec[epFlags] = endpointFlagsOf(x)
+			rec[epFlags+1] = 0 // reserved
+			le.PutUint64(rec[epNodeName:], sa.cached(0, x.NodeName))
+			le.PutUint64(rec[epZone:], sa.cached(1, x.Zone))
+			le.PutUint32(rec[epHintFirst:], uint32(hint))
+			le.PutUint16(rec[epZoneHintCount:], uint16(len(x.ZoneHints)))
+			le.PutUint16(rec[epNodeHintCount:], uint16(len(x.NodeHints)))
+			le.PutUint32(rec[epNodeHintCount+2:], 0) // reserved
 			for _, h := range x.ZoneHints {
-				le.PutUint64(buf[hintsOff+hint*StrRefSize:], e.cached(1, h))
+				le.PutUint64(buf[hintsOff+hint*StrRefSize:], sa.cached(1, h))
 				hint++
 			}
 			for _, h := range x.NodeHints {
-				le.PutUint64(buf[hintsOff+hint*StrRefSize:], e.cached(0, h))
+				le.PutUint64(buf[hintsOff+hint*StrRefSize:], sa.cached(0, h))
 				hint++
 			}
 			ep++
@@ -256,35 +267,35 @@ func (e *Encoder) Encode(dst []byte, b *Batch) ([]byte, error) {
 
 	putDecisions(buf, decisionsOff, indicesOff, len(b.Ports), b.Decisions)
 
-	total := fixed + len(e.strings)
+	total := fixed + sa.n
 	for total%4 != 0 {
 		buf[total] = 0
 		total++
 	}
 	dst, buf = dst[:start+total], buf[:total]
-	le.PutUint32(buf[hdrStringsLen:], uint32(len(e.strings)))
+	le.PutUint32(buf[hdrStringsLen:], uint32(sa.n))
 	le.PutUint32(buf[hdrTotalLen:], uint32(len(buf)))
 	return dst, nil
 }
 
 // str stores s in the string area and returns its reference (offset in the
 // low 32 bits, length in the high 32 bits, as laid out little-endian).
-func (e *Encoder) str(s string) uint64 {
+func (a *strArea) str(s string) uint64 {
 	if s == "" {
 		return 0
 	}
-	off := len(e.strings)
-	e.strings = append(e.strings, s...) // within capacity: measured
+	off := a.n
+	a.n += copy(a.buf[off:], s) // within capacity: measured
 	return uint64(off) | uint64(len(s))<<32
 }
 
 // cached is str with a one-entry memory per field kind.
-func (e *Encoder) cached(kind int, s string) uint64 {
-	c := &e.last[kind]
+func (a *strArea) cached(kind int, s string) uint64 {
+	c := &a.last[kind]
 	if s == c.s && s != "" {
 		return c.ref
 	}
-	c.s, c.ref = s, e.str(s)
+	c.s, c.ref = s, a.str(s)
 	return c.ref
 }
 
