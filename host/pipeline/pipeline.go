@@ -224,6 +224,20 @@ type stageScratch struct {
 	outcomes []outcome
 	tasks    []task
 	iso      isolation
+	// The Run's per-port state, which its Results copy: kept for the
+	// next Run, and emptied of references at the end of each.
+	decisions []abi.Decision
+	failed    []bool
+	errs      []error
+	sps       []abi.ServicePort
+}
+
+// reuse returns s resized to n zero elements, in its own array if it has
+// the capacity.
+func reuse[T any](s []T, n int) []T {
+	s = slices.Grow(s[:0], n)[:n]
+	clear(s)
+	return s
 }
 
 // chunkInput is the encoded input of a batch chunk: the ports
@@ -389,10 +403,16 @@ func (p *Pipeline) run(ctx context.Context, node abi.Node, ports []Port) (_ []Re
 	p.runs++
 	n := len(ports)
 	results := make([]Result, n)
-	decisions := make([]abi.Decision, n)
-	failed := make([]bool, n)
-	errs := make([]error, n)
-	sps := make([]abi.ServicePort, n)
+	sc := &p.scratch
+	sc.decisions, sc.failed, sc.errs = reuse(sc.decisions, n), reuse(sc.failed, n), reuse(sc.errs, n)
+	sc.sps = slices.Grow(sc.sps[:0], n)[:n]
+	decisions, failed, errs, sps := sc.decisions, sc.failed, sc.errs, sc.sps
+	defer func() {
+		// Nothing of the ports or results stays reachable from here.
+		clear(decisions)
+		clear(errs)
+		clear(sps)
+	}()
 	for i := range ports {
 		sps[i] = ports[i].ServicePort
 	}
