@@ -170,6 +170,43 @@ func randomDecision(r *rand.Rand, n int) abi.Decision {
 	}
 }
 
+// TestEncodeFlags: EncodeFlags writes Encode's bytes and, after the flags
+// given, the flags of every endpoint in table order.
+func TestEncodeFlags(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	var enc abi.Encoder
+	for i := range 500 {
+		b := randomBatch(r, abi.StageTopology)
+		want, err := enc.Encode(nil, b)
+		if err != nil {
+			t.Fatalf("case %d: encode: %v", i, err)
+		}
+		got, flags, err := enc.EncodeFlags(nil, []byte{0xAA}, b)
+		if err != nil {
+			t.Fatalf("case %d: encode with flags: %v", i, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("case %d: EncodeFlags wrote other bytes than Encode", i)
+		}
+		wantFlags := []byte{0xAA}
+		for _, p := range b.Ports {
+			for _, ep := range p.Endpoints {
+				var f byte
+				for bit, on := range map[byte]bool{abi.EndpointFlagReady: ep.Ready, abi.EndpointFlagServing: ep.Serving,
+					abi.EndpointFlagTerminating: ep.Terminating, abi.EndpointFlagLocal: ep.Local} {
+					if on {
+						f |= bit
+					}
+				}
+				wantFlags = append(wantFlags, f)
+			}
+		}
+		if !bytes.Equal(flags, wantFlags) {
+			t.Fatalf("case %d: flags %x, want %x", i, flags, wantFlags)
+		}
+	}
+}
+
 func TestRewriteDecisionsRejects(t *testing.T) {
 	var enc abi.Encoder
 	r := rand.New(rand.NewPCG(5, 6))

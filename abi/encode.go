@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 var le = binary.LittleEndian
@@ -163,12 +164,33 @@ func RewriteDecisions(buf []byte, stage Stage, decisions []Decision) ([]byte, er
 // Encode appends the encoding of b to dst and returns the extended buffer.
 // len(b.Decisions) must be 0 (every decision zero, sets nil) or len(b.Ports).
 func (e *Encoder) Encode(dst []byte, b *Batch) ([]byte, error) {
+	dst, _, err := e.encode(dst, nil, b)
+	return dst, err
+}
+
+// EncodeFlags is Encode that also appends to flags the flags byte
+// (EndpointFlag*) of every endpoint of b, in the order of the endpoint
+// table (port after port), and returns it: a compact copy for a host
+// that checks outputs against them, made while the endpoints are read
+// anyway.
+func (e *Encoder) EncodeFlags(dst, flags []byte, b *Batch) ([]byte, []byte, error) {
+	if flags == nil {
+		flags = []byte{}
+	}
+	return e.encode(dst, flags, b)
+}
+
+// encode is Encode, and EncodeFlags if flags is not nil.
+func (e *Encoder) encode(dst, flags []byte, b *Batch) ([]byte, []byte, error) {
 	if len(b.Decisions) != 0 && len(b.Decisions) != len(b.Ports) {
-		return dst, fmt.Errorf("batch has %d decisions for %d ports", len(b.Decisions), len(b.Ports))
+		return dst, flags, fmt.Errorf("batch has %d decisions for %d ports", len(b.Decisions), len(b.Ports))
 	}
 	n, err := measure(b)
 	if err != nil {
-		return dst, err
+		return dst, flags, err
+	}
+	if flags != nil {
+		flags = slices.Grow(flags, n.endpoints)
 	}
 	portsOff := HeaderSize
 	endpointsOff := portsOff + len(b.Ports)*PortSize
@@ -179,7 +201,7 @@ func (e *Encoder) Encode(dst []byte, b *Batch) ([]byte, error) {
 	stringsOff := indicesOff + n.indices*4
 	fixed := stringsOff
 	if uint64(fixed)+uint64(n.strings) > 0xFFFFFFF0 {
-		return dst, fmt.Errorf("batch too large: %d bytes", uint64(fixed)+uint64(n.strings))
+		return dst, flags, fmt.Errorf("batch too large: %d bytes", uint64(fixed)+uint64(n.strings))
 	}
 
 	start := len(dst)
@@ -245,7 +267,11 @@ func (e *Encoder) Encode(dst []byte, b *Batch) ([]byte, error) {
 			rec := (*[EndpointSize]byte)(buf[eo : eo+EndpointSize])
 			*(*[16]byte)(rec[epAddr:]) = x.Addr.As16() // IPv4 becomes IPv4-mapped IPv6
 			le.PutUint16(rec[epPort:], x.Port)
-			rec[epFlags] = endpointFlagsOf(x)
+			f := endpointFlagsOf(x)
+			rec[epFlags] = f
+			if flags != nil {
+				flags = append(flags, f)
+			}
 			rec[epFlags+1] = 0 // reserved
 			le.PutUint64(rec[epNodeName:], sa.cached(0, x.NodeName))
 			le.PutUint64(rec[epZone:], sa.cached(1, x.Zone))
@@ -275,7 +301,7 @@ func (e *Encoder) Encode(dst []byte, b *Batch) ([]byte, error) {
 	dst, buf = dst[:start+total], buf[:total]
 	le.PutUint32(buf[hdrStringsLen:], uint32(sa.n))
 	le.PutUint32(buf[hdrTotalLen:], uint32(len(buf)))
-	return dst, nil
+	return dst, flags, nil
 }
 
 // str stores s in the string area and returns its reference (offset in the
