@@ -82,27 +82,35 @@ func guardrailsOf(m Module) Guardrails {
 }
 
 // check returns the first invariant the decision d of stage, for sp,
-// breaks, or nil.
-func (g Guardrails) check(stage abi.Stage, sp *abi.ServicePort, d *abi.Decision) error {
+// breaks, or nil. flags holds the abi.EndpointFlag* of sp's endpoints, in
+// order: a compact copy the encoding of the batch made, read instead of
+// the endpoints themselves.
+func (g Guardrails) check(stage abi.Stage, sp *abi.ServicePort, d *abi.Decision, flags []byte) error {
 	if stage != abi.StageTrafficPolicy {
 		return nil
 	}
-	eps := sp.Endpoints
-	for _, set := range []struct {
-		name string
-		idx  abi.Indices
-	}{{"cluster", d.Cluster}, {"local", d.Local}, {"all", d.All}} {
-		for _, i := range set.idx {
-			// DecodeOutput checked that i < len(eps).
-			ep := &eps[i]
-			if !g.AllowNotServing && !serving(ep) {
-				return fmt.Errorf("guardrail: endpoint %d (%s) in the %s set is not serving (allow it with guardrails.allowNotServing)",
-					i, endpointString(ep), set.name)
-			}
-			if !g.AllowRemoteInLocal && set.name == "local" && !ep.Local {
-				return fmt.Errorf("guardrail: endpoint %d (%s, node %q) in the local set is not on this node (allow it with guardrails.allowRemoteInLocal)",
-					i, endpointString(ep), ep.NodeName)
-			}
+	if err := g.checkSet("cluster", sp, d.Cluster, flags, false); err != nil {
+		return err
+	}
+	if err := g.checkSet("local", sp, d.Local, flags, true); err != nil {
+		return err
+	}
+	return g.checkSet("all", sp, d.All, flags, false)
+}
+
+// checkSet checks the set called name, the local set if local.
+func (g Guardrails) checkSet(name string, sp *abi.ServicePort, idx abi.Indices, flags []byte, local bool) error {
+	for _, i := range idx {
+		f := flags[i] // DecodeOutput checked that i < len(sp.Endpoints)
+		if !g.AllowNotServing && f&(abi.EndpointFlagServing|abi.EndpointFlagReady) == 0 {
+			// Serving, or Ready, which implies it: serving(ep).
+			return fmt.Errorf("guardrail: endpoint %d (%s) in the %s set is not serving (allow it with guardrails.allowNotServing)",
+				i, endpointString(&sp.Endpoints[i]), name)
+		}
+		if local && !g.AllowRemoteInLocal && f&abi.EndpointFlagLocal == 0 {
+			ep := &sp.Endpoints[i]
+			return fmt.Errorf("guardrail: endpoint %d (%s, node %q) in the local set is not on this node (allow it with guardrails.allowRemoteInLocal)",
+				i, endpointString(ep), ep.NodeName)
 		}
 	}
 	return nil

@@ -214,7 +214,9 @@ type Pipeline struct {
 type worker struct {
 	enc     abi.Encoder
 	in, out []byte
-	res     []abi.Result
+	// flags are the endpoints' flags of in, for the guardrails.
+	flags []byte
+	res   []abi.Result
 }
 
 // stageScratch holds what a stage's evaluation needs besides the
@@ -245,10 +247,10 @@ func reuse[T any](s []T, n int) []T {
 // stage's call for the same chunk rewrites only its stage and decisions
 // (abi.RewriteDecisions) instead of encoding the ports again.
 type chunkInput struct {
-	in    []byte
-	run   uint64
-	lo, n int
-	ok    bool
+	in, flags []byte // as worker's
+	run       uint64
+	lo, n     int
+	ok        bool
 }
 
 // New returns a Pipeline.
@@ -576,16 +578,16 @@ func (p *Pipeline) call(ctx context.Context, w *worker, mod Module, stage abi.St
 	}
 	var err error
 	start := time.Since(epoch)
-	in := &w.in
+	in, flags := &w.in, &w.flags
 	if chunk != nil {
-		in = &chunk.in
+		in, flags = &chunk.in, &chunk.flags
 	}
 	if chunk != nil && chunk.ok && contiguous && chunk.run == p.runs && chunk.lo == lo && chunk.n == len(idx) {
 		// The same ports of the same Run as the stage before: only the
 		// decisions differ.
 		*in, err = abi.RewriteDecisions(*in, stage, b.Decisions)
 	} else {
-		*in, err = w.enc.Encode((*in)[:0], &b)
+		*in, *flags, err = w.enc.EncodeFlags((*in)[:0], (*flags)[:0], &b)
 	}
 	if chunk != nil {
 		chunk.ok, chunk.run, chunk.lo, chunk.n = err == nil && contiguous, p.runs, lo, len(idx)
@@ -607,8 +609,12 @@ func (p *Pipeline) call(ctx context.Context, w *worker, mod Module, stage abi.St
 		return d, err
 	}
 	g := guardrailsOf(mod)
+	off := 0 // of port i's endpoints in flags
 	for k, i := range idx {
 		r := &w.res[k]
+		nep := len(sps[i].Endpoints)
+		epFlags := (*flags)[off : off+nep]
+		off += nep
 		if r.Err != "" {
 			kind := "module error"
 			if r.Invalid {
@@ -617,7 +623,7 @@ func (p *Pipeline) call(ctx context.Context, w *worker, mod Module, stage abi.St
 			errs[i] = &runtime.CallError{Module: nameOf(mod), Stage: stage, Reason: reasonOf(r), Err: fmt.Errorf("%s: %s", kind, r.Err)}
 			continue
 		}
-		if err := g.check(stage, &sps[i], &r.Decision); err != nil {
+		if err := g.check(stage, &sps[i], &r.Decision, epFlags); err != nil {
 			errs[i] = &runtime.CallError{Module: nameOf(mod), Stage: stage, Reason: runtime.ReasonInvalidOutput, Err: fmt.Errorf("invalid output: %w", err)}
 			continue
 		}
