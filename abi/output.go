@@ -187,6 +187,7 @@ func DecodeOutput(out []byte, b *Batch, results []Result) ([]Result, error) {
 		}
 		nep := uint32(len(b.Ports[i].Endpoints))
 		var err error
+		setsOK := true // every set read so far ascends within nep
 		switch b.Stage {
 		case StageTopology:
 			var mode uint32
@@ -194,7 +195,7 @@ func DecodeOutput(out []byte, b *Batch, results []Result) ([]Result, error) {
 				return nil, fmt.Errorf("%w: record %d: truncated", ErrMalformedOutput, i)
 			}
 			res.Mode = TopologyMode(mode)
-			if res.Eligible, pool, err = r.set(pool); err != nil {
+			if res.Eligible, pool, err = r.set(pool, nep, &setsOK); err != nil {
 				return nil, fmt.Errorf("%w: record %d: %w", ErrMalformedOutput, i, err)
 			}
 			switch {
@@ -210,7 +211,7 @@ func DecodeOutput(out []byte, b *Batch, results []Result) ([]Result, error) {
 			}
 			res.HasAnyEndpoints = flags&DecisionFlagHasAnyEndpoints != 0
 			for _, s := range []*Indices{&res.Cluster, &res.Local, &res.All} {
-				if *s, pool, err = r.set(pool); err != nil {
+				if *s, pool, err = r.set(pool, nep, &setsOK); err != nil {
 					return nil, fmt.Errorf("%w: record %d: %w", ErrMalformedOutput, i, err)
 				}
 			}
@@ -232,7 +233,7 @@ func DecodeOutput(out []byte, b *Batch, results []Result) ([]Result, error) {
 			return nil, fmt.Errorf("%w: unknown stage %d", ErrMalformedOutput, b.Stage)
 		}
 		if res.Err == "" {
-			checkRecord(res, nep, b.Stage)
+			checkRecord(res, nep, b.Stage, setsOK)
 		}
 	}
 	if r.off != len(out) {
@@ -249,11 +250,13 @@ func invalid(res *Result, format string, args ...any) {
 }
 
 // checkRecord applies the per-record rules that need the whole record.
-func checkRecord(res *Result, nep uint32, stage Stage) {
-	// One set after the other, in the order of the record (a loop over
-	// a table of them cost a tenth of decoding).
-	if !setOK(res, "eligible", res.Eligible, nep) || !setOK(res, "cluster", res.Cluster, nep) ||
-		!setOK(res, "local", res.Local, nep) || !setOK(res, "all", res.All, nep) {
+// setsOK: reading the sets found each ascending and within nep, so that
+// only a record with a bad set has its sets checked again, for the
+// message.
+func checkRecord(res *Result, nep uint32, stage Stage, setsOK bool) {
+	// One set after the other, in the order of the record.
+	if !setsOK && (!setOK(res, "eligible", res.Eligible, nep) || !setOK(res, "cluster", res.Cluster, nep) ||
+		!setOK(res, "local", res.Local, nep) || !setOK(res, "all", res.All, nep)) {
 		return
 	}
 	if stage != StageEndpointSelection {
@@ -339,8 +342,9 @@ func (r *reader) u32() (uint32, bool) {
 }
 
 // set reads a count and that many indices into pool, returning the set as a
-// capacity-limited sub-slice of pool. Range and order are checked later.
-func (r *reader) set(pool []uint32) (Indices, []uint32, error) {
+// capacity-limited sub-slice of pool. It clears *inOrder if an index is
+// not below nep or not above the one before; checkSet tells which.
+func (r *reader) set(pool []uint32, nep uint32, inOrder *bool) (Indices, []uint32, error) {
 	n, ok := r.u32()
 	if !ok {
 		return nil, pool, errors.New("truncated set")
@@ -354,9 +358,15 @@ func (r *reader) set(pool []uint32) (Indices, []uint32, error) {
 	start := len(pool)
 	pool = slices.Grow(pool, int(n))[:start+int(n)] // DecodeOutput's pool has the room
 	src := r.b[r.off : r.off+int(n)*4]
+	good := true
+	next := uint32(0) // the least the next index may be
 	for k := range pool[start:] {
-		pool[start+k] = le.Uint32(src[k*4:])
+		v := le.Uint32(src[k*4:])
+		pool[start+k] = v
+		good = good && v >= next && v < nep
+		next = v + 1
 	}
+	*inOrder = *inOrder && good
 	r.off += len(src)
 	return Indices(pool[start:len(pool):len(pool)]), pool, nil
 }
