@@ -369,17 +369,23 @@ impl<'a> ServicePort<'a> {
     /// If `i` is out of range.
     pub fn endpoint(&self, i: usize) -> Endpoint<'a> {
         assert!(i < self.n, "wasp: endpoint index out of range");
-        Endpoint {
-            x: self.x,
-            o: self.x.endpoints + (self.first + i) * ENDPOINT_SIZE,
-            v6: self.ipv6(),
-        }
+        let o = self.x.endpoints + (self.first + i) * ENDPOINT_SIZE;
+        Endpoint::at(self.x, o, self.ipv6())
     }
 
     /// The endpoints, in index order.
     pub fn endpoints(&self) -> impl ExactSizeIterator<Item = Endpoint<'a>> {
-        let sp = *self;
-        (0..self.n).map(move |i| sp.endpoint(i))
+        let (x, v6) = (self.x, self.ipv6());
+        // The port's records, sliced once: each endpoint's fields are
+        // then read without further bounds checks.
+        let start = x.endpoints + self.first * ENDPOINT_SIZE;
+        let table = &x.b[start..start + self.n * ENDPOINT_SIZE];
+        table.chunks_exact(ENDPOINT_SIZE).enumerate().map(move |(i, rec)| Endpoint {
+            x,
+            o: start + i * ENDPOINT_SIZE,
+            v6,
+            rec: rec.try_into().unwrap(),
+        })
     }
 
     /// What the earlier stages decided for this port.
@@ -395,18 +401,25 @@ impl<'a> ServicePort<'a> {
 #[derive(Clone, Copy, Debug)]
 pub struct Endpoint<'a> {
     x: &'a Input<'a>,
-    o: usize,
+    o: usize, // offset of the record in the batch
     v6: bool,
+    rec: &'a [u8; ENDPOINT_SIZE],
 }
 
 impl<'a> Endpoint<'a> {
+    /// The endpoint whose record is at offset o of x.
+    fn at(x: &'a Input<'a>, o: usize, v6: bool) -> Endpoint<'a> {
+        let rec = x.b[o..o + ENDPOINT_SIZE].try_into().unwrap();
+        Endpoint { x, o, v6, rec }
+    }
+
     fn flag(&self, f: u8) -> bool {
-        self.x.b[self.o + EP_FLAGS] & f != 0
+        self.rec[EP_FLAGS] & f != 0
     }
 
     /// The endpoint's IP address: IPv4 for an IPv4 service port, else IPv6.
     pub fn addr(&self) -> IpAddr {
-        let a = &self.x.b[self.o + EP_ADDR..self.o + EP_ADDR + 16];
+        let a = &self.rec[EP_ADDR..EP_ADDR + 16];
         if self.v6 {
             let mut o = [0u8; 16];
             o.copy_from_slice(a);
@@ -418,7 +431,7 @@ impl<'a> Endpoint<'a> {
 
     /// The endpoint's (target) port.
     pub fn port(&self) -> u16 {
-        u16_at(self.x.b, self.o + EP_PORT)
+        u16_at(self.rec, EP_PORT)
     }
 
     /// `conditions.ready` (nil counts as true).
@@ -455,19 +468,18 @@ impl<'a> Endpoint<'a> {
     pub fn zone_hints(&self) -> Strings<'a> {
         Strings {
             x: self.x,
-            first: u32_at(self.x.b, self.o + EP_HINT_FIRST) as usize,
-            n: u16_at(self.x.b, self.o + EP_ZONE_HINT_COUNT) as usize,
+            first: u32_at(self.rec, EP_HINT_FIRST) as usize,
+            n: u16_at(self.rec, EP_ZONE_HINT_COUNT) as usize,
         }
     }
 
     /// The names of `hints.forNodes`, sorted.
     pub fn node_hints(&self) -> Strings<'a> {
-        let b = self.x.b;
+        let r = self.rec;
         Strings {
             x: self.x,
-            first: u32_at(b, self.o + EP_HINT_FIRST) as usize
-                + u16_at(b, self.o + EP_ZONE_HINT_COUNT) as usize,
-            n: u16_at(b, self.o + EP_NODE_HINT_COUNT) as usize,
+            first: u32_at(r, EP_HINT_FIRST) as usize + u16_at(r, EP_ZONE_HINT_COUNT) as usize,
+            n: u16_at(r, EP_NODE_HINT_COUNT) as usize,
         }
     }
 }
@@ -625,7 +637,10 @@ impl<'a> Indices<'a> {
 
     /// The endpoint indices, ascending.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = usize> + 'a {
-        let s = *self;
-        (0..self.n).map(move |i| s.get(i))
+        // Sliced once, as ServicePort::endpoints.
+        let start = self.x.indices + self.first * INDEX_SIZE;
+        self.x.b[start..start + self.n * INDEX_SIZE]
+            .chunks_exact(INDEX_SIZE)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()) as usize)
     }
 }
