@@ -63,6 +63,7 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	if g, ok := mod.ExportedGlobal(wasmbin.BudgetGlobal).(api.MutableGlobal); ok {
 		in.budget = g
 		in.watch = newCallState(g)
+		watchdogs.Store(mod, in.watch)
 	}
 	// Every instance gets the same configuration before its first call:
 	// a pool is many copies of one configured module.
@@ -149,8 +150,10 @@ func (in *instance) invoke(ctx context.Context, fn api.Function, input []byte) (
 		// The instance's own watchdog, armed at the call's first yield
 		// (callState.arm): no timer nor context to make per call, which
 		// cost as much as a small stage's guest code.
+		// yield finds it by the instance (watchdogs): no context to
+		// make per call either.
 		st.start(in.timeout)
-		cctx = context.WithValue(ctx, callStateKey{}, st)
+		cctx = ctx
 		defer st.end()
 	} else {
 		// wazero closes the module when this context is done.
@@ -305,7 +308,11 @@ var epoch = time.Now()
 // time.Now, which reads the wall clock too, on every call.
 func monotonic() time.Duration { return time.Since(epoch) }
 
-type callStateKey struct{}
+// watchdogs maps each instance with a watchdog (an api.Module) to it, for
+// yield, which wazero gives the calling instance and the call's context.
+// Found there rather than in a context value, a call needs no context of
+// its own: that was an allocation per call, three per service port.
+var watchdogs sync.Map
 
 // nextGrant adapts the grant to the time since the previous yield (see
 // yieldInterval) and returns it.
@@ -366,7 +373,8 @@ func yield(ctx context.Context, mod api.Module, _ []uint64) {
 	if ctx.Err() != nil {
 		panic(fmt.Errorf("%w: %w", errInterrupted, context.Cause(ctx)))
 	}
-	if st, ok := ctx.Value(callStateKey{}).(*callState); ok {
+	if v, ok := watchdogs.Load(mod); ok {
+		st := v.(*callState)
 		now := monotonic()
 		if !st.armed {
 			st.arm(ctx, now)
@@ -391,6 +399,7 @@ func (in *instance) close() {
 	in.closeOnce.Do(func() {
 		if in.watch != nil {
 			in.watch.timer.Stop()
+			watchdogs.Delete(in.mod)
 		}
 		_ = in.mod.Close(context.Background())
 	})
