@@ -151,11 +151,12 @@ func legacyTables(netns string, family backends.Family) ([]string, error) {
 
 // Probe checks that the iptables backend can run in the network
 // namespace at netns: the binaries of a variant are installed, the
-// variant the node uses is detected, the nat table of at least one
-// family can be read (its POSTROUTING chain) (a node may lack IPv6 nat; the Backend of a family
-// without it fails its first Sync with the binary's message), and a
-// hash:ip,port,ip ipset can be made and matched in a rule of that table
-// (the hairpin set; probeSets). The error says what is missing.
+// variant the node uses is detected, the POSTROUTING chain of the nat
+// table of at least one family can be listed (a node may lack IPv6 nat;
+// the Backend of a family without it fails its first Sync with the
+// binary's message), and a hash:ip,port,ip ipset can be made and matched
+// in a rule of that family (the hairpin set; probeSets). The error says
+// what is missing.
 func Probe(ctx context.Context, netns string) error {
 	v, _, err := xtables.Detect(ctx, netns)
 	if err != nil {
