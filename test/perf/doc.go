@@ -18,7 +18,10 @@
 //     new Service, or the new endpoint's identity, answers through the
 //     ClusterIP, polled with a new connection every few milliseconds from
 //     inside the proxy's node namespace; before each, the proxy rests two
-//     minimum sync periods so that its rate limiter's burst is full;
+//     minimum sync periods so that its rate limiter's burst is full; a
+//     new Service is two API calls (the Service, then its EndpointSlice),
+//     and the table also gives the time from the return of the second
+//     until it answers, the proxy's share;
 //   - VmRSS and VmHWM of the proxy process, 30 s after the last change had
 //     been programmed and the proxy had gone idle: the resident size it
 //     keeps, as a dashboard shows it (kube-proxy's periodic resync, every

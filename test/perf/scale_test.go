@@ -279,7 +279,7 @@ func measure(ctx context.Context, t *testing.T, env *fw.Env, p *proxy, steady *v
 		off := logSize(proc.LogPath)
 		start := time.Now()
 		svc := env.CreateService(ctx, t, fw.ServiceSpec{Name: fmt.Sprintf("%s-new-%d-%d", p.name, r.size, i), Namespace: probeNamespace})
-		env.SetEndpoints(ctx, t, svc, v1.IPv4Protocol, fw.Ready(p.pods[0])...)
+		env.CreateEndpoints(ctx, t, svc, v1.IPv4Protocol, fw.Ready(p.pods[0])...)
 		api := time.Since(start)
 		at, err := firstAnswer(ctx, node, serviceAddr(t, svc), p.pods[0], changeLimit, alive(p.name, proc))
 		if err != nil {
