@@ -1,8 +1,39 @@
 package iptables
 
 import (
+	"slices"
 	"testing"
 )
+
+// TestSplitArgs: spaces and tabs separate arguments, double quotes group
+// them and are dropped wherever they are in an argument, as
+// iptables-restore reads a line.
+func TestSplitArgs(t *testing.T) {
+	for _, tt := range []struct {
+		line string
+		want []string
+	}{
+		{"", []string{}},
+		{"  \t ", []string{}},
+		{"-A WASP-SVC-X -j DNAT", []string{"-A", "WASP-SVC-X", "-j", "DNAT"}},
+		{" a\t\tb  ", []string{"a", "b"}},
+		{`--comment "demo/web:http cluster IP" -j X`, []string{"--comment", "demo/web:http cluster IP", "-j", "X"}},
+		{`--comment "" -j X`, []string{"--comment", "", "-j", "X"}},
+		{`a"b c"d e`, []string{"ab cd", "e"}},
+		{`"a""b" "x"y`, []string{"ab", "xy"}},
+		{"\"tab\tinside\"", []string{"tab\tinside"}},
+	} {
+		got, err := splitArgs(tt.line)
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("splitArgs(%q) = %q, %v; want %q", tt.line, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{`"`, `a "b c`, `--comment "x -j X`} {
+		if got, err := splitArgs(bad); err == nil {
+			t.Errorf("splitArgs(%q) = %q, want an unterminated quote error", bad, got)
+		}
+	}
+}
 
 // TestCanonRule: a rule as wasp writes it and as iptables-save shows it
 // (lines taken from both variants' output) are one canonical rule; a
