@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
-	"runtime/metrics"
 	"testing"
 	"time"
 
 	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/backends/backendtest"
 	"github.com/wasp-proxy/wasp/backends/iptables/xtables"
 	"github.com/wasp-proxy/wasp/internal/netlab"
 )
@@ -142,109 +142,45 @@ func timedSync(b *testing.B, be *Backend, s *backends.State) time.Duration {
 
 // BenchmarkKernelSyncMemory measures the heap of the Backend's two large
 // syncs at benchServices service ports × 10 endpoints, with GOGC 50 as
-// wasp runs: "full", a first Sync into empty tables, and "restart", a new
-// Backend's first Sync on tables that already hold the State (it reads
-// them back and writes nothing). "retained" is the live heap after a
-// collection with the Backend kept, "peak" the largest heap of objects
-// (live or not yet collected) sampled every millisecond during the Sync,
-// both against the heap before the Backend was created; "alloc" is what
-// the Sync allocated.
+// wasp runs (backendtest.HeapMeter says what each metric is): "full", a
+// first Sync into empty tables, and "restart", a new Backend's first Sync
+// on tables that already hold the State (it reads them back and writes
+// nothing).
 //
 //	go test -run '^$' -bench KernelSyncMemory -benchtime 3x ./backends/iptables/
 func BenchmarkKernelSyncMemory(b *testing.B) {
 	s := largeState(benchServices, benchEndpoints)
 	defer debug.SetGCPercent(debug.SetGCPercent(50))
 	for _, v := range []xtables.Variant{xtables.Legacy, xtables.NFT} {
-		b.Run(fmt.Sprintf("%s/full", v), func(b *testing.B) {
-			var m heapMeter
+		// measure runs a first Sync of a new Backend in the namespace
+		// that ns returns, for each round.
+		measure := func(b *testing.B, ns func() string) {
+			var m backendtest.HeapMeter
 			for b.Loop() {
 				b.StopTimer()
-				ns := kernelBenchNS(b, v)
-				m.start()
-				be := kernelBenchBackend(b, v, ns)
+				netns := ns()
+				m.Start()
+				be := kernelBenchBackend(b, v, netns)
 				b.StartTimer()
 				if err := be.Sync(context.Background(), s); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				m.stop()
+				m.Stop()
+				runtime.KeepAlive(be) // retained until Stop
 				b.StartTimer()
 			}
-			m.report(b)
+			m.Report(b)
+		}
+		b.Run(fmt.Sprintf("%s/full", v), func(b *testing.B) {
+			measure(b, func() string { return kernelBenchNS(b, v) })
 		})
 		b.Run(fmt.Sprintf("%s/restart", v), func(b *testing.B) {
 			ns := kernelBenchNS(b, v)
 			if err := kernelBenchBackend(b, v, ns).Sync(context.Background(), s); err != nil {
 				b.Fatal(err)
 			}
-			var m heapMeter
-			for b.Loop() {
-				b.StopTimer()
-				m.start()
-				be := kernelBenchBackend(b, v, ns)
-				b.StartTimer()
-				if err := be.Sync(context.Background(), s); err != nil {
-					b.Fatal(err)
-				}
-				b.StopTimer()
-				m.stop()
-				b.StartTimer()
-			}
-			m.report(b)
+			measure(b, func() string { return ns })
 		})
 	}
-}
-
-// heapMeter measures the heap between start and stop (see
-// BenchmarkKernelSyncMemory), summed over rounds.
-type heapMeter struct {
-	before                runtime.MemStats
-	stopc                 chan struct{}
-	top                   chan uint64
-	retained, peak, alloc float64
-	rounds                int
-}
-
-func (m *heapMeter) start() {
-	runtime.GC()
-	runtime.ReadMemStats(&m.before)
-	m.stopc, m.top = make(chan struct{}), make(chan uint64)
-	go func() {
-		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		var top uint64
-		t := time.NewTicker(time.Millisecond)
-		defer t.Stop()
-		for {
-			metrics.Read(sample)
-			top = max(top, sample[0].Value.Uint64())
-			select {
-			case <-m.stopc:
-				m.top <- top
-				return
-			case <-t.C:
-			}
-		}
-	}()
-}
-
-// stop ends a round; what start's caller allocated since must still be
-// reachable for "retained" to count it.
-func (m *heapMeter) stop() {
-	const mib = 1 << 20
-	close(m.stopc)
-	m.peak += float64(<-m.top-m.before.HeapAlloc) / mib
-	var after runtime.MemStats
-	runtime.ReadMemStats(&after)
-	m.alloc += float64(after.TotalAlloc-m.before.TotalAlloc) / mib
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	m.retained += (float64(after.HeapAlloc) - float64(m.before.HeapAlloc)) / mib
-	m.rounds++
-}
-
-func (m *heapMeter) report(b *testing.B) {
-	n := float64(m.rounds)
-	b.ReportMetric(m.retained/n, "retained-MiB")
-	b.ReportMetric(m.peak/n, "peak-MiB")
-	b.ReportMetric(m.alloc/n, "alloc-MiB")
 }

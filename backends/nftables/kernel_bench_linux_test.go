@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
-	"runtime/metrics"
 	"slices"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/backends/backendtest"
 	"github.com/wasp-proxy/wasp/internal/netlab"
 )
 
@@ -248,56 +248,27 @@ func BenchmarkKernelFullSyncMemory(b *testing.B) {
 	ns := kernelBenchNS(b)
 	s := largeState(benchServices, benchEndpoints)
 	defer debug.SetGCPercent(debug.SetGCPercent(50))
-	const mib = 1 << 20
-	var retained, peak, alloc float64
+	var m backendtest.HeapMeter
 	for b.Loop() {
 		b.StopTimer()
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
+		m.Start()
 		be, err := New(Opts{Family: s.Family, NetNS: ns})
 		if err != nil {
 			b.Fatal(err)
 		}
-		stop, top := make(chan struct{}), make(chan uint64)
-		go func() {
-			sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-			var m uint64
-			t := time.NewTicker(time.Millisecond)
-			defer t.Stop()
-			for {
-				metrics.Read(sample)
-				m = max(m, sample[0].Value.Uint64())
-				select {
-				case <-stop:
-					top <- m
-					return
-				case <-t.C:
-				}
-			}
-		}()
 		b.StartTimer()
 		if err := be.Sync(context.Background(), s); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
-		close(stop)
-		peak += float64(<-top-before.HeapAlloc) / mib
-		runtime.ReadMemStats(&after)
-		alloc += float64(after.TotalAlloc-before.TotalAlloc) / mib
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		retained += (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / mib
+		m.Stop()
 		if err := be.Cleanup(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 		be.Close()
 		b.StartTimer()
 	}
-	n := float64(b.N)
-	b.ReportMetric(retained/n, "retained-MiB")
-	b.ReportMetric(peak/n, "peak-MiB")
-	b.ReportMetric(alloc/n, "alloc-MiB")
+	m.Report(b)
 }
 
 // BenchmarkKernelDriftCheck measures CheckDrift at 10k service ports × 10
