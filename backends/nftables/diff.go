@@ -99,31 +99,31 @@ func Diff(old, new *Ruleset) *Transaction {
 		}
 	}
 	if len(recreated) > 0 {
-		new.elems.each(func(id elemID, _ elemValue) {
-			if recreated[id.setName()] {
-				touched[id] = true
+		new.elems.each(func(e *elem) {
+			if recreated[e.id.setName()] {
+				touched[e.id] = true
 			}
 		})
 	}
 	// Deletions wait, when the key they served stays served, until
 	// what led to them is gone (see phase).
 	served := func(k ElemKey) bool { return servedIn(new, k) }
-	var delElems [phases][]Element
-	var addElems []Element
+	var delElems [phases][]*elem
+	var addElems []*elem
 	for id := range touched {
-		ov, oldHas := old.elems.value(id)
-		nv, newHas := new.elems.value(id)
+		oe, oldHas := old.elems.ref(id)
+		ne, newHas := new.elems.ref(id)
 		gone := deleted[id.setName()]
-		if oldHas && !gone && (!newHas || ov != nv) {
-			e := id.element(ov)
+		changed := oldHas && newHas && oe.value() != ne.value()
+		if oldHas && !gone && (!newHas || changed) {
 			ph := phaseSwitch
 			if !newHas {
-				ph = phaseOf(&e, served)
+				ph = phaseOf(oe, served)
 			}
-			delElems[ph] = append(delElems[ph], e)
+			delElems[ph] = append(delElems[ph], oe)
 		}
-		if newHas && (!oldHas || gone || ov != nv) {
-			addElems = append(addElems, id.element(nv))
+		if newHas && (!oldHas || gone || changed) {
+			addElems = append(addElems, ne)
 		}
 	}
 
@@ -267,18 +267,19 @@ const (
 
 // phaseOf returns the commit of the deletion of e, an element that is no
 // longer planned.
-func phaseOf(e *Element, served func(ElemKey) bool) int {
-	entry := ElemKey{Addr: e.Key.Addr, Proto: e.Key.Proto, Port: e.Key.Port}
+func phaseOf(e *elem, served func(ElemKey) bool) int {
+	set, key := e.id.setName(), e.id.key()
+	entry := ElemKey{Addr: key.Addr, Proto: key.Proto, Port: key.Port}
 	switch {
-	case e.Set == noEndpointServicesMap || e.Set == noEndpointNodePortsMap || e.Set == firewallIPsMap ||
-		e.Set == hairpinSet || e.Set == clusterIPsSet || e.Set == nodePortIPsSet:
+	case set == noEndpointServicesMap || set == noEndpointNodePortsMap || set == firewallIPsMap ||
+		set == hairpinSet || set == clusterIPsSet || set == nodePortIPsSet:
 		// Denials lifted with the switch; addresses, not paths.
 		return phaseSwitch
 	case !served(entry):
 		return phaseSwitch
-	case e.Set == serviceIPsMap || e.Set == serviceNodePortsMap || e.Set == simpleServicesSet:
+	case set == serviceIPsMap || set == serviceNodePortsMap || set == simpleServicesSet:
 		return phaseEntries
-	case strings.HasPrefix(e.Set, bucketClassesPrefix) || strings.HasPrefix(e.Set, simpleSetPrefix):
+	case strings.HasPrefix(set, bucketClassesPrefix) || strings.HasPrefix(set, simpleSetPrefix):
 		return phaseClasses
 	}
 	return phaseData
@@ -361,10 +362,10 @@ func rebuild(inv *inventory, rs *Ruleset) *Transaction {
 			tx.add(op{kind: opAddSet, set: s})
 		}
 	}
-	elems := make([]Element, 0, rs.elems.len())
-	rs.elems.each(func(id elemID, v elemValue) {
-		elems = append(elems, id.element(v))
-	})
+	// References to the elements in their fragments: a copy of each
+	// would be the largest object of a full sync.
+	elems := make([]*elem, 0, rs.elems.len())
+	rs.elems.each(func(e *elem) { elems = append(elems, e) })
 	specs := make(map[string]*Set, len(sets))
 	for _, s := range sets {
 		specs[s.Name] = s
@@ -398,19 +399,14 @@ func addRuleOps(tx *Transaction, c *Chain) {
 }
 
 // addElementOps adds one operation per set, elements sorted by key.
-func addElementOps(tx *Transaction, kind opKind, elems []Element, spec func(string) *Set) {
-	slices.SortFunc(elems, func(a, b Element) int {
-		if c := strings.Compare(a.Set, b.Set); c != 0 {
-			return c
-		}
-		return a.Key.compare(b.Key)
-	})
+func addElementOps(tx *Transaction, kind opKind, elems []*elem, spec func(string) *Set) {
+	sortElems(elems)
 	for len(elems) > 0 {
 		n := 1
-		for n < len(elems) && elems[n].Set == elems[0].Set {
+		for n < len(elems) && elems[n].id.set == elems[0].id.set {
 			n++
 		}
-		tx.add(op{kind: kind, set: spec(elems[0].Set), elems: elems[:n:n]})
+		tx.add(op{kind: kind, set: spec(elems[0].id.setName()), elems: elems[:n:n]})
 		elems = elems[n:]
 	}
 }

@@ -197,7 +197,7 @@ func (b *Backend) compare(ctx context.Context, rs *Ruleset) (*backends.Drift, er
 		}
 	}
 	want := map[setID]int{}
-	rs.elems.each(func(id elemID, _ elemValue) { want[id.set]++ })
+	rs.elems.each(func(e *elem) { want[e.id.set]++ })
 	for _, s := range compareElems {
 		if err := b.compareElements(ctx, rs, s, want[internSet(s.Name)], d); err != nil {
 			return nil, err
@@ -236,9 +236,9 @@ func (b *Backend) compareElements(ctx context.Context, rs *Ruleset, s *Set, want
 		return fmt.Errorf("list elements of %s %s: %w", setKind(s), s.Name, err)
 	}
 	var gone []ElemKey
-	rs.elems.each(func(id elemID, _ elemValue) {
-		if id.set == sid && !seen[id.key()] {
-			gone = append(gone, id.key())
+	rs.elems.each(func(e *elem) {
+		if e.id.set == sid && !seen[e.id.key()] {
+			gone = append(gone, e.id.key())
 		}
 	})
 	slices.SortFunc(gone, ElemKey.compare)

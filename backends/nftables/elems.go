@@ -1,7 +1,11 @@
 package nftables
 
 import (
+	"cmp"
+	"encoding/binary"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -139,5 +143,72 @@ func (e *elem) value() elemValue {
 	return v
 }
 
+// packElems returns es packed, for an operation.
+func packElems(es ...Element) []*elem {
+	out := make([]*elem, len(es))
+	for i := range es {
+		p := packElem(es[i])
+		out[i] = &p
+	}
+	return out
+}
+
 // element returns e unpacked.
 func (e *elem) element() Element { return e.id.element(e.value()) }
+
+// compareAddr orders packed addresses as netip.Addr.Compare orders them
+// unpacked: by kind (none, IPv4, IPv6: their bit lengths' order), then
+// by bytes (an IPv4 address is packed IPv4-mapped, a common prefix).
+func compareAddr(a, b *[16]byte, ka, kb uint8) int {
+	if ka != kb {
+		return cmp.Compare(ka, kb)
+	}
+	if c := cmp.Compare(binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(b[:8])); c != 0 {
+		return c
+	}
+	return cmp.Compare(binary.BigEndian.Uint64(a[8:]), binary.BigEndian.Uint64(b[8:]))
+}
+
+// compareKey orders ids by key, as ElemKey.compare orders them unpacked.
+func (id *elemID) compareKey(o *elemID) int {
+	if c := compareAddr(&id.addr, &o.addr, id.kinds&3, o.kinds&3); c != 0 {
+		return c
+	}
+	if c := compareAddr(&id.addr2, &o.addr2, id.kinds>>2, o.kinds>>2); c != 0 {
+		return c
+	}
+	if id.proto != o.proto {
+		return cmp.Compare(id.proto, o.proto)
+	}
+	if id.port != o.port {
+		return cmp.Compare(id.port, o.port)
+	}
+	return cmp.Compare(id.bucket, o.bucket)
+}
+
+// sortElems sorts es by set name, then by key. The sets are ranked by
+// name once, so that comparing two elements compares no strings.
+func sortElems(es []*elem) {
+	if len(es) < 2 {
+		return
+	}
+	names := *setNames.names.Load() // holds every ID es refers to
+	rank := make([]int32, len(names))
+	var ids []setID
+	for _, e := range es {
+		if rank[e.id.set] == 0 {
+			rank[e.id.set] = -1
+			ids = append(ids, e.id.set)
+		}
+	}
+	slices.SortFunc(ids, func(a, b setID) int { return strings.Compare(names[a], names[b]) })
+	for i, id := range ids {
+		rank[id] = int32(i)
+	}
+	slices.SortFunc(es, func(a, b *elem) int {
+		if a.id.set != b.id.set {
+			return cmp.Compare(rank[a.id.set], rank[b.id.set])
+		}
+		return a.id.compareKey(&b.id)
+	})
+}

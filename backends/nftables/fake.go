@@ -270,7 +270,8 @@ func (a *fakeApply) op(o *op) error {
 		if !ok {
 			return fmt.Errorf("set %q: %w", o.set.Name, syscall.ENOENT)
 		}
-		for _, e := range o.elems {
+		for _, p := range o.elems {
+			e := p.element()
 			v, ok := s.elems[e.Key]
 			if !ok {
 				return fmt.Errorf("set %q: element %s: %w", s.spec.Name, e.Key.string(s.spec.Key), syscall.ENOENT)
@@ -471,7 +472,8 @@ func (a *fakeApply) addElements(t *fakeTable, o *op) error {
 	if !ok {
 		return fmt.Errorf("set %q: %w", o.set.Name, syscall.ENOENT)
 	}
-	for _, e := range o.elems {
+	for _, p := range o.elems {
+		e := p.element()
 		if err := checkKey(a.id.family, &s.spec, e.Key); err != nil {
 			return fmt.Errorf("set %q: %w", s.spec.Name, err)
 		}

@@ -153,7 +153,7 @@ func (f *Fake) DeleteElement(family backends.Family, table, set, key string) err
 		}
 		for k, v := range s.elems {
 			if k.string(s.spec.Key) == key {
-				return a.op(&op{kind: opDeleteElements, set: &s.spec, elems: []Element{{Set: set, Key: k, Value: v.verdict, To: v.to}}})
+				return a.op(&op{kind: opDeleteElements, set: &s.spec, elems: packElems(Element{Set: set, Key: k, Value: v.verdict, To: v.to})})
 			}
 		}
 		return fmt.Errorf("set %q: element %s: %w", set, key, syscall.ENOENT)

@@ -437,7 +437,8 @@ func (cp *compiler) op(o *op) error {
 		for elems := o.elems; len(elems) > 0; {
 			n := min(len(elems), elementsPerMessage)
 			vals := make([]nft.SetElement, n)
-			for i, e := range elems[:n] {
+			for i, p := range elems[:n] {
+				e := p.element()
 				vals[i].Key = cp.key(o.set.Key, e.Key)
 				switch {
 				case o.kind != opAddElements:

@@ -68,7 +68,8 @@ type claimant struct {
 	elem int
 }
 
-func (c *claim) value() elemValue { return c.owner.elems[c.elem].value() }
+// ref returns the claimed element, in its owner.
+func (c *claim) ref() *elem { return &c.owner.elems[c.elem] }
 
 // others returns the fragments but the owner that claim the key.
 func (c *claim) others() []claimant {
@@ -105,24 +106,34 @@ func (x *elemIndex) get(id elemID) (claim, bool) {
 	return c, ok
 }
 
+// ref returns the element of id, in the fragment that owns it.
+func (x *elemIndex) ref(id elemID) (*elem, bool) {
+	c, ok := x.get(id)
+	if !ok {
+		return nil, false
+	}
+	return c.ref(), true
+}
+
 func (x *elemIndex) value(id elemID) (elemValue, bool) {
 	c, ok := x.get(id)
 	if !ok {
 		return elemValue{}, false
 	}
-	return c.value(), true
+	return c.ref().value(), true
 }
 
-// each calls fn for every element, in no order.
-func (x *elemIndex) each(fn func(elemID, elemValue)) {
-	for id, c := range x.over {
+// each calls fn for every element, in the fragment that owns it, in no
+// order.
+func (x *elemIndex) each(fn func(*elem)) {
+	for _, c := range x.over {
 		if c.owner != nil {
-			fn(id, c.value())
+			fn(c.ref())
 		}
 	}
 	for id, c := range x.base {
 		if _, ok := x.over[id]; !ok {
-			fn(id, c.value())
+			fn(c.ref())
 		}
 	}
 }
@@ -254,8 +265,8 @@ func (rs *Ruleset) Dump() string {
 		v.chains = append(v.chains, f.Chains...)
 		v.sets = append(v.sets, f.Sets...)
 	}
-	rs.elems.each(func(id elemID, val elemValue) {
-		e := id.element(val)
+	rs.elems.each(func(p *elem) {
+		e := p.element()
 		v.elems[e.Set] = append(v.elems[e.Set], e)
 	})
 	var b strings.Builder

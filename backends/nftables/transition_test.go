@@ -401,11 +401,11 @@ func TestFakeValidates(t *testing.T) {
 		{"delete a set a key lookup uses", []op{{kind: opDeleteSet, name: simpleServicesSet}}, syscall.EBUSY},
 		{"delete a chain a map element uses", []op{{kind: opFlushChain, name: webChain}, {kind: opDeleteChain, name: webChain}}, syscall.EBUSY},
 		{"delete a set a rule uses", []op{{kind: opDeleteSet, name: clusterIPsSet}}, syscall.EBUSY},
-		{"delete a missing element", []op{{kind: opDeleteElements, set: serviceIPs, elems: []Element{{Key: ElemKey{Addr: ip("10.96.9.9"), Proto: protoTCP, Port: 80}}}}}, syscall.ENOENT},
-		{"element of a missing map", []op{{kind: opAddElements, set: &Set{Name: "nope", Key: serviceIPs.Key, Map: true}, elems: []Element{{Key: key, Value: Verdict{Kind: Drop}}}}}, syscall.ENOENT},
-		{"element with another value", []op{{kind: opAddElements, set: serviceIPs, elems: []Element{{Key: key, Value: Verdict{Kind: Drop}}}}}, syscall.EEXIST},
-		{"element going to a missing chain", []op{{kind: opAddElements, set: serviceIPs, elems: []Element{{Key: ElemKey{Addr: ip("10.96.9.9"), Proto: protoTCP, Port: 80}, Value: Verdict{Goto, "nope"}}}}}, syscall.ENOENT},
-		{"element of the wrong family", []op{{kind: opAddElements, set: serviceIPs, elems: []Element{{Key: ElemKey{Addr: ip("fd00::1"), Proto: protoTCP, Port: 80}, Value: Verdict{Kind: Drop}}}}}, syscall.EINVAL},
+		{"delete a missing element", []op{{kind: opDeleteElements, set: serviceIPs, elems: packElems(Element{Key: ElemKey{Addr: ip("10.96.9.9"), Proto: protoTCP, Port: 80}})}}, syscall.ENOENT},
+		{"element of a missing map", []op{{kind: opAddElements, set: &Set{Name: "nope", Key: serviceIPs.Key, Map: true}, elems: packElems(Element{Key: key, Value: Verdict{Kind: Drop}})}}, syscall.ENOENT},
+		{"element with another value", []op{{kind: opAddElements, set: serviceIPs, elems: packElems(Element{Key: key, Value: Verdict{Kind: Drop}})}}, syscall.EEXIST},
+		{"element going to a missing chain", []op{{kind: opAddElements, set: serviceIPs, elems: packElems(Element{Key: ElemKey{Addr: ip("10.96.9.9"), Proto: protoTCP, Port: 80}, Value: Verdict{Goto, "nope"}})}}, syscall.ENOENT},
+		{"element of the wrong family", []op{{kind: opAddElements, set: serviceIPs, elems: packElems(Element{Key: ElemKey{Addr: ip("fd00::1"), Proto: protoTCP, Port: 80}, Value: Verdict{Kind: Drop}})}}, syscall.EINVAL},
 		{"redefine a set", []op{{kind: opAddSet, set: &Set{Name: clusterIPsSet, Key: []KeyType{KeyIPv6Addr}}}}, syscall.EEXIST},
 		{"redefine a base chain", []op{{kind: opAddChain, chain: &Chain{Name: natOutputChain, Base: &BaseChain{ChainNAT, HookOutput, 0}}}}, syscall.EEXIST},
 		{"dnat reached from a filter chain", []op{rule(firewallCheckChain, Verdict{Jump, webChain})}, syscall.EOPNOTSUPP},
@@ -529,7 +529,8 @@ func TestDiffSimpleServiceDataOnly(t *testing.T) {
 		for _, o := range tx.ops {
 			switch o.kind {
 			case opAddElements, opDeleteElements:
-				for _, e := range o.elems {
+				for _, p := range o.elems {
+					e := p.element()
 					if o.set.Map || e.Value.Kind != VerdictNone {
 						t.Errorf("step %d: element %s of verdict map %s", i+1, e.Key.string(o.set.Key), o.set.Name)
 					}

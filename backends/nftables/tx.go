@@ -65,14 +65,15 @@ const (
 // op is one operation. Which fields are set depends on kind: chain for
 // opAddChain; name (the chain) and rule for opAddRule; name for the flush
 // and delete of chains and sets; set for opAddSet and the element
-// operations, with elems.
+// operations, with elems: the elements in their fragments (a Ruleset's
+// are never modified), or packed for the operation.
 type op struct {
 	kind  opKind
 	name  string
 	chain *Chain
 	rule  *Rule
 	set   *Set
-	elems []Element
+	elems []*elem
 }
 
 // Len returns the number of operations.
@@ -136,7 +137,8 @@ func (tx *Transaction) String() string {
 				verb = "delete"
 			}
 			fmt.Fprintf(&b, "%s element %s %s { ", verb, t, o.set.Name)
-			for i, e := range o.elems {
+			for i, p := range o.elems {
+				e := p.element()
 				if i > 0 {
 					b.WriteString(", ")
 				}
