@@ -174,6 +174,7 @@ func (k *netlinkKernel) compile(tx *Transaction) (*wireBatch, error) {
 		family: tx.Family,
 		table:  &nft.Table{Name: tx.Table, Family: tableFamily(tx.Family)},
 		added:  map[string]*nft.Set{},
+		w:      w,
 	}
 	// opsPerFlush bounds the operations google/nftables holds as messages.
 	const opsPerFlush = 256
@@ -374,6 +375,8 @@ type compiler struct {
 	table  *nft.Table
 	nextID uint32              // set IDs of this batch
 	added  map[string]*nft.Set // named sets added in this batch
+	w      *wireBatch          // where c's messages go, and the elements'
+	attrs  attrs               // the elements' message being built
 }
 
 func (cp *compiler) id() uint32 {
@@ -430,33 +433,18 @@ func (cp *compiler) op(o *op) error {
 		c.DelSet(&nft.Set{Table: cp.table, Name: o.name})
 		delete(cp.added, o.name)
 	case opAddElements, opDeleteElements:
-		s, ok := cp.added[o.set.Name]
-		if !ok {
-			s = cp.namedSet(o.set)
+		// Written to the batch directly (see elementMessage), after
+		// what google/nftables holds.
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("marshal: %w", err)
+		}
+		var id uint32
+		if s, ok := cp.added[o.set.Name]; ok {
+			id = s.ID
 		}
 		for elems := o.elems; len(elems) > 0; {
 			n := min(len(elems), elementsPerMessage)
-			vals := make([]nft.SetElement, n)
-			for i, p := range elems[:n] {
-				e := p.element()
-				vals[i].Key = cp.key(o.set.Key, e.Key)
-				switch {
-				case o.kind != opAddElements:
-				case o.set.Map:
-					vals[i].VerdictData = verdict(e.Value)
-				case len(o.set.Data) > 0:
-					vals[i].Val = cp.key(o.set.Data, ElemKey{Addr: e.To.Addr(), Port: e.To.Port()})
-				}
-			}
-			var err error
-			if o.kind == opAddElements {
-				err = c.SetAddElements(s, vals)
-			} else {
-				err = c.SetDeleteElements(s, vals)
-			}
-			if err != nil {
-				return fmt.Errorf("elements of %q: %w", o.set.Name, err)
-			}
+			cp.elementMessage(o.set, id, elems[:n], o.kind == opDeleteElements)
 			elems = elems[n:]
 		}
 	default:
@@ -501,25 +489,25 @@ func setDatatype(kt []KeyType) nft.SetDatatype {
 	return nft.MustConcatSetType(ts...)
 }
 
-// key encodes an element key (or a data map's value): each field in
-// network byte order, padded to the 4-byte registers a concatenation uses.
-func (cp *compiler) key(kt []KeyType, k ElemKey) []byte {
-	var b []byte
+// appendKey appends the encoding of an element key (or a data map's
+// value) to b: each field in network byte order, padded to the 4-byte
+// registers a concatenation uses.
+func appendKey(b []byte, kt []KeyType, k ElemKey) []byte {
 	addrs := 0
 	for _, t := range kt {
 		switch t {
 		case KeyIPv4Addr, KeyIPv6Addr:
 			if addrs++; addrs == 2 {
-				b = append(b, k.Addr2.AsSlice()...)
+				b = appendAddr(b, k.Addr2)
 				break
 			}
-			b = append(b, k.Addr.AsSlice()...)
+			b = appendAddr(b, k.Addr)
 		case KeyInetProto:
 			b = append(b, k.Proto)
 		case KeyInetService:
 			b = binary.BigEndian.AppendUint16(b, k.Port)
 		case KeyBucket:
-			b = append(b, ne32(k.Bucket)...)
+			b = binary.NativeEndian.AppendUint32(b, k.Bucket)
 		}
 		if len(kt) > 1 {
 			for len(b)%4 != 0 {
@@ -530,21 +518,37 @@ func (cp *compiler) key(kt []KeyType, k ElemKey) []byte {
 	return b
 }
 
-func verdict(v Verdict) *expr.Verdict {
-	out := &expr.Verdict{Chain: v.Chain}
-	switch v.Kind {
-	case Accept:
-		out.Kind = expr.VerdictAccept
-	case Drop:
-		out.Kind = expr.VerdictDrop
-	case Return:
-		out.Kind = expr.VerdictReturn
-	case Jump:
-		out.Kind = expr.VerdictJump
-	case Goto:
-		out.Kind = expr.VerdictGoto
+// appendAddr appends a's 4 or 16 bytes (none when a is not valid, as
+// AsSlice), without the allocation of AsSlice.
+func appendAddr(b []byte, a netip.Addr) []byte {
+	switch {
+	case a.Is4():
+		a4 := a.As4()
+		return append(b, a4[:]...)
+	case a.IsValid():
+		a16 := a.As16()
+		return append(b, a16[:]...)
 	}
-	return out
+	return b
+}
+
+func verdict(v Verdict) *expr.Verdict {
+	return &expr.Verdict{Kind: verdictKind(v.Kind), Chain: v.Chain}
+}
+
+// verdictKind is the kernel's code of a verdict kind (NFTA_VERDICT_CODE).
+func verdictKind(k VerdictKind) expr.VerdictKind {
+	switch k {
+	case Accept:
+		return expr.VerdictAccept
+	case Jump:
+		return expr.VerdictJump
+	case Goto:
+		return expr.VerdictGoto
+	case Return:
+		return expr.VerdictReturn
+	}
+	return expr.VerdictDrop
 }
 
 // Registers: reg 1 is the first 16-byte register; the 4-byte registers
