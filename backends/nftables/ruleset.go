@@ -55,8 +55,8 @@ func (f *Fragment) Elements() []Element {
 // order (the global fragment's Key, "", sorts first), whose element is
 // programmed, and the others, in order. A claim refers to the elements in
 // their fragments, which are never modified, rather than holding their
-// values: the index of a 10k-service table holds 300k claims, kept in
-// the map without an allocation each.
+// values. The base of an index keeps its claims more compactly still
+// (elemTable).
 type claim struct {
 	owner *Fragment   // nil in an overlay: deleted
 	elem  int         // the element's index in owner.elems
@@ -88,13 +88,13 @@ func (c claim) withOthers(cs []claimant) claim {
 	return c
 }
 
-// elemIndex maps element keys to their claims: a base map shared by the
-// Rulesets a planner makes one after another, never modified once
+// elemIndex maps element keys to their claims: a base table shared by
+// the Rulesets a planner makes one after another, never modified once
 // shared, and this Ruleset's changes to it (a nil owner: deleted). A
 // one-service change then costs in proportion to that service's elements,
 // not to the table's.
 type elemIndex struct {
-	base map[elemID]claim
+	base elemTable
 	over map[elemID]claim
 }
 
@@ -102,8 +102,7 @@ func (x *elemIndex) get(id elemID) (claim, bool) {
 	if c, ok := x.over[id]; ok {
 		return c, c.owner != nil
 	}
-	c, ok := x.base[id]
-	return c, ok
+	return x.base.get(id)
 }
 
 // ref returns the element of id, in the fragment that owns it.
@@ -131,14 +130,14 @@ func (x *elemIndex) each(fn func(*elem)) {
 			fn(c.ref())
 		}
 	}
-	for id, c := range x.base {
-		if _, ok := x.over[id]; !ok {
+	x.base.each(func(id *elemID, c claim) {
+		if _, ok := x.over[*id]; !ok {
 			fn(c.ref())
 		}
-	}
+	})
 }
 
-func (x *elemIndex) len() int { return len(x.base) + len(x.over) }
+func (x *elemIndex) len() int { return x.base.n + len(x.over) }
 
 func claims(cs []claimant, f *Fragment) bool {
 	return slices.ContainsFunc(cs, func(c claimant) bool { return c.f == f })
@@ -189,31 +188,11 @@ func (x *elemIndex) remove(f *Fragment, id elemID) {
 
 // index builds rs.elems from the fragments.
 func (rs *Ruleset) index() {
-	// No size hint: a map made for n entries gets its tables all at once,
-	// at half their load at 250k entries, where one grown entry by entry
-	// splits only its full tables and ends about a third smaller (20 MiB
-	// at 10k Services, BenchmarkKernelFullSyncMemory).
-	x := elemIndex{base: map[elemID]claim{}}
-	add := func(f *Fragment) {
+	var x elemIndex
+	for _, f := range rs.fragments() {
 		for i := range f.elems {
-			id := f.elems[i].id
-			c, taken := x.base[id]
-			switch {
-			case !taken:
-				x.base[id] = claim{owner: f, elem: i}
-			case c.owner != f && !claims(c.others(), f):
-				// The base is not shared yet: its claims may change.
-				if c.more == nil {
-					x.base[id] = c.withOthers([]claimant{{f, i}})
-				} else {
-					*c.more = append(*c.more, claimant{f, i})
-				}
-			}
+			x.base.add(f, i)
 		}
-	}
-	add(rs.Global)
-	for _, f := range rs.Services {
-		add(f)
 	}
 	rs.elems = x
 }
@@ -236,7 +215,7 @@ func (rs *Ruleset) indexFrom(prev *Ruleset) {
 		changed += len(f.elems)
 	}
 	// Past this, an overlay costs more than a new index.
-	if limit := 1024 + len(x.base)/64; changed+len(x.over) > limit {
+	if limit := 1024 + x.base.n/64; changed+len(x.over) > limit {
 		rs.index()
 		return
 	}
