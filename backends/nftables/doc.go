@@ -96,8 +96,9 @@
 //     whose content is only known by name.
 //   - kernel.go: the unexported kernel seam. netlink_linux.go compiles the
 //     IR to github.com/google/nftables expressions, collects their
-//     netlink messages as wire bytes, and sends each Transaction as one
-//     batch in one sendmsg, which the kernel applies atomically; fake.go
+//     netlink messages as wire bytes (setelem_linux.go writes the element
+//     messages itself), and sends each Transaction as one batch in one
+//     sendmsg, which the kernel applies atomically; fake.go
 //     is the Fake, a stateful in-memory kernel that
 //     validates like the kernel and dumps in nft syntax.
 //
