@@ -24,8 +24,10 @@ func TestCompileChildLimitsItself(t *testing.T) {
 		code    int
 		want    string
 	}{
-		// Seconds to compile: far past the limit and its slack.
-		{"time", hostile.Module(0, hostile.Nest(16000)), 10 * time.Millisecond, 1 << 30, exitTime, "compile child: past its time limit of 10ms"},
+		// Seconds to compile, far past the limit and its slack: 4 s on
+		// an idle two-core machine (16,000 levels took 1.0 s there, as
+		// long as the slack, and sometimes compiled before it ran out).
+		{"time", hostile.Module(0, hostile.Nest(32000)), 10 * time.Millisecond, 1 << 30, exitTime, "compile child: past its time limit of 10ms"},
 		// About 100 MiB to compile.
 		{"memory", hostile.Module(0, hostile.BrTable(32000)), time.Minute, 40 << 20, exitMemory, "compile child: past its memory limit of 40 MiB"},
 	}
