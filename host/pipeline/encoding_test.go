@@ -78,3 +78,50 @@ func TestStagesShareEncoding(t *testing.T) {
 		t.Errorf("%d inputs were not their batch's encoding, stages %v", len(c.bad), c.bad)
 	}
 }
+
+// TestMaxChunk: a batch larger than MaxChunk ports is split into more
+// calls than the module has instances, none carrying more than MaxChunk
+// ports, every port in exactly one call per stage; one no larger than
+// MinChunk is one call.
+func TestMaxChunk(t *testing.T) {
+	for _, tt := range []struct {
+		ports, instances, wantCalls int
+	}{
+		{ports: 60, instances: 3, wantCalls: 4},  // ceil(60/16), beyond the 3 instances
+		{ports: 60, instances: 1, wantCalls: 4},  // one instance takes them in turn
+		{ports: 40, instances: 3, wantCalls: 3},  // min(3, 40/8) instances, 14 ports each
+		{ports: 16, instances: 3, wantCalls: 2},  // min(3, 16/8)
+		{ports: 7, instances: 3, wantCalls: 1},   // below MinChunk
+		{ports: 100, instances: 8, wantCalls: 8}, // the instances bound it first
+	} {
+		c := &canonical{fake: &fake{instances: tt.instances}}
+		var opts pipeline.Options
+		for _, st := range abi.Stages {
+			opts.Modules[st] = c
+		}
+		opts.MinChunk, opts.MaxChunk = 8, 16
+		node, sps := referencetest.Batch(3, tt.ports, 4)
+		checkAgainstReference(t, builds.Build("fake"), node, sps, pipeline.New(opts).Run(context.Background(), node, ports(sps)))
+		calls := c.take()
+		if len(calls) != tt.wantCalls*len(abi.Stages) {
+			t.Errorf("%d ports, %d instances: %d calls, want %d per stage", tt.ports, tt.instances, len(calls), tt.wantCalls)
+		}
+		seen := map[string]int{}
+		for _, call := range calls {
+			if len(call) > 16 {
+				t.Errorf("%d ports, %d instances: a call of %d ports, more than MaxChunk", tt.ports, tt.instances, len(call))
+			}
+			for _, name := range call {
+				seen[name]++
+			}
+		}
+		for _, sp := range sps {
+			if seen[sp.Name] != len(abi.Stages) {
+				t.Errorf("%d ports: port %s in %d calls, want one per stage", tt.ports, sp.Name, seen[sp.Name])
+			}
+		}
+		if len(c.bad) > 0 {
+			t.Errorf("%d ports: %d inputs were not their batch's encoding", tt.ports, len(c.bad))
+		}
+	}
+}

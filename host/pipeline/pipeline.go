@@ -104,6 +104,12 @@ type Options struct {
 	// MinChunk is the fewest ports worth a call of their own when a batch
 	// is split across instances. Optional; default 512.
 	MinChunk int
+	// MaxChunk is the most ports of one call: a larger batch is split
+	// into more calls than there are instances, which take them in turn,
+	// so that what an instance's linear memory grows to for a full
+	// recompute depends on MaxChunk, not on the cluster's size.
+	// Optional; default 1024.
+	MaxChunk int
 	// BisectBudget bounds, per stage and Run, the module time spent in
 	// calls that failed as a whole (the batch's own included): once they
 	// add up to it, no call is started to isolate the ports that cause
@@ -258,6 +264,10 @@ func New(opts Options) *Pipeline {
 	if opts.MinChunk <= 0 {
 		opts.MinChunk = 512
 	}
+	if opts.MaxChunk <= 0 {
+		opts.MaxChunk = 1024
+	}
+	opts.MaxChunk = max(opts.MaxChunk, opts.MinChunk)
 	if opts.BisectBudget <= 0 {
 		opts.BisectBudget = 10 * time.Second
 	}
@@ -531,7 +541,7 @@ func (p *Pipeline) runStage(ctx context.Context, stage abi.Stage, node abi.Node,
 	chunks := 0
 	tasks := sc.tasks[:0]
 	if len(batch) > 0 {
-		chunks = max(1, min(mod.Instances(), len(batch)/p.opts.MinChunk))
+		chunks = max(1, min(mod.Instances(), len(batch)/p.opts.MinChunk), (len(batch)+p.opts.MaxChunk-1)/p.opts.MaxChunk)
 		size := (len(batch) + chunks - 1) / chunks
 		if len(p.chunks) < chunks {
 			p.chunks = append(p.chunks, make([]chunkInput, chunks-len(p.chunks))...)

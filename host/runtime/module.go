@@ -443,9 +443,10 @@ func (m *Module) release(in *instance, failed bool) {
 // one of the others, then makes sure one fresh instance is idle, so that
 // the next small call does not pay for an instantiation. Wasm memory never
 // shrinks, so after a full recompute split across the pool every instance
-// keeps the linear memory of its share of the batch (8 to 11 MiB at 10k
-// service ports on two cores, three modules × GOMAXPROCS instances) until
-// it is recycled; a caller that knows that large batches are rare (the
+// keeps the linear memory of the largest call it ran (with the pipeline's
+// calls of at most 1024 service ports, about 2 MiB for the default Rust
+// builds; three modules × GOMAXPROCS instances) until it is recycled; a
+// caller that knows that large batches are rare (the
 // sync loop: one full recompute at start-up) calls Shrink after one.
 // Calls in flight are not affected: their instances are not idle. The
 // error is that of instantiating the fresh instance; the pool then starts
