@@ -22,6 +22,31 @@ import (
 // `ip netns add`.
 const netnsDir = "/run/netns"
 
+// netnsDirOnce makes netnsDir, once per process, what `ip netns add`
+// makes it: a mount point of its own, shared, so that the namespaces
+// bound under it propagate to other mount namespaces. Without it, an
+// `ip netns add` run while a lab is up (by the operator, another test)
+// bind-mounts the directory onto itself above the lab's namespaces,
+// which can then be neither seen nor deleted: "device or resource
+// busy", until the next boot.
+var netnsDirOnce = sync.OnceValue(func() error {
+	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
+		return err
+	}
+	// Already a mount point (made by ip or an earlier process): make it
+	// shared, as ip does each time. EINVAL: not a mount point yet.
+	err := syscall.Mount("", netnsDir, "none", syscall.MS_SHARED|syscall.MS_REC, "")
+	if errors.Is(err, syscall.EINVAL) {
+		if err = syscall.Mount(netnsDir, netnsDir, "none", syscall.MS_BIND|syscall.MS_REC, ""); err == nil {
+			err = syscall.Mount("", netnsDir, "none", syscall.MS_SHARED|syscall.MS_REC, "")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("make %s a shared mount point: %w", netnsDir, err)
+	}
+	return nil
+})
+
 // namePrefix starts every namespace a Lab creates.
 const namePrefix = "wl"
 
@@ -78,7 +103,7 @@ func (l *Lab) AddNS(name string) (*NS, error) {
 	ns := &NS{lab: l, name: name, full: l.prefix + name}
 	l.mu.Unlock()
 
-	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
+	if err := netnsDirOnce(); err != nil {
 		return nil, fmt.Errorf("netlab: %w", err)
 	}
 	err := nsthread.Fresh(func() error {

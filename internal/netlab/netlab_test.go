@@ -81,6 +81,39 @@ func TestCloseRemovesNamespaces(t *testing.T) {
 	}
 }
 
+// TestNetnsDirIsSharedMountPoint: once a lab has a namespace, netnsDir is
+// a shared mount point of its own, as `ip netns add` leaves it, so that an
+// `ip netns add` while the lab is up bind-mounts nothing above the lab's
+// namespaces, and the lab can still delete them.
+func TestNetnsDirIsSharedMountPoint(t *testing.T) {
+	lab := NewForTest(t)
+	if _, err := lab.AddNS("x"); err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts := 0
+	for _, line := range strings.Split(string(info), "\n") {
+		// id parent major:minor root mountpoint options optional... - ...
+		f := strings.Fields(line)
+		if len(f) < 7 || f[4] != netnsDir {
+			continue
+		}
+		mounts++
+		if !strings.Contains(line, " shared:") {
+			t.Errorf("%s is a mount point, but not shared: %s", netnsDir, line)
+		}
+	}
+	if mounts != 1 {
+		t.Errorf("%s is the mount point of %d mounts, want 1", netnsDir, mounts)
+	}
+	if err := lab.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
 // TestAskPeer: the echo server reports the address a request came from,
 // over TCP and UDP, in both families.
 func TestAskPeer(t *testing.T) {
