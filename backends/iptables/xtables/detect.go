@@ -148,7 +148,7 @@ func (e *evidence) read(ctx context.Context, netns string, ex execer, dirs []str
 		if mangleOnly {
 			argv = append(argv, "-t", "mangle")
 		}
-		res, err := ex.run(ctx, netns, argv, nil)
+		res, err := ex.run(ctx, netns, argv, nil, nil)
 		if err != nil {
 			return err
 		}

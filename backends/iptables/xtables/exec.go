@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,18 +17,21 @@ import (
 
 // execer is the seam between a Runner and the processes it starts.
 type execer interface {
-	// run starts argv[0] (a path) with arguments argv[1:] and stdin as
-	// its standard input (none if nil) inside the network namespace at
-	// netns ("" for the current one), and waits for it. A process that
-	// ran and exited non-zero is a result with its exit code, not an
-	// error: err says it could not run or was killed.
-	run(ctx context.Context, netns string, argv []string, stdin []byte) (result, error)
+	// run starts argv[0] (a path) with arguments argv[1:] inside the
+	// network namespace at netns ("" for the current one), and waits for
+	// it. Its standard input is read from stdin (none if nil); its
+	// standard output goes to stdout as it comes, or into the result
+	// when stdout is nil. A process that ran and exited non-zero is a
+	// result with its exit code, not an error: err says it could not run
+	// or was killed.
+	run(ctx context.Context, netns string, argv []string, stdin io.Reader, stdout io.Writer) (result, error)
 }
 
 // result is what a finished process left.
 type result struct {
-	stdout, stderr []byte
-	code           int // exit status
+	stdout []byte // nil when run was given a writer for it
+	stderr []byte
+	code   int // exit status
 }
 
 // osExec runs real processes.
@@ -35,19 +39,22 @@ type osExec struct{}
 
 var _ execer = osExec{}
 
-func (osExec) run(ctx context.Context, netns string, argv []string, stdin []byte) (result, error) {
+func (osExec) run(ctx context.Context, netns string, argv []string, stdin io.Reader, stdout io.Writer) (result, error) {
 	var res result
 	// The child is forked from the thread that calls Start, so it is born
 	// in that thread's namespace.
 	err := nsthread.Do(netns, func() error {
-		var stdout, stderr bytes.Buffer
+		var out, stderr bytes.Buffer
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		if stdin != nil {
-			cmd.Stdin = bytes.NewReader(stdin)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, &stderr
+		if stdout == nil {
+			cmd.Stdout = &out
 		}
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
-		res = result{stdout: stdout.Bytes(), stderr: stderr.Bytes()}
+		res = result{stderr: stderr.Bytes()}
+		if stdout == nil {
+			res.stdout = out.Bytes()
+		}
 		var exit *exec.ExitError
 		if errors.As(err, &exit) && exit.ExitCode() > 0 && ctx.Err() == nil {
 			res.code = exit.ExitCode()

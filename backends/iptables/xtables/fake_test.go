@@ -2,6 +2,7 @@ package xtables
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,8 +35,27 @@ type fakeExec struct {
 
 var _ execer = (*fakeExec)(nil)
 
-func (f *fakeExec) run(_ context.Context, netns string, argv []string, stdin []byte) (result, error) {
-	c := call{netns: netns, argv: append([]string{filepath.Base(argv[0])}, argv[1:]...), stdin: string(stdin), input: stdin != nil}
+func (f *fakeExec) run(_ context.Context, netns string, argv []string, stdin io.Reader, stdout io.Writer) (result, error) {
+	c := call{netns: netns, argv: append([]string{filepath.Base(argv[0])}, argv[1:]...), input: stdin != nil}
+	var rerr error
+	if stdin != nil {
+		var in []byte
+		in, rerr = io.ReadAll(stdin)
+		c.stdin = string(in)
+	}
+	res, err := f.answer(c)
+	if rerr != nil { // as os/exec, which fails when copying stdin fails
+		return result{}, rerr
+	}
+	if stdout != nil && err == nil {
+		_, err = stdout.Write(res.stdout)
+		res.stdout = nil
+	}
+	return res, err
+}
+
+// answer records c and returns its reply.
+func (f *fakeExec) answer(c call) (result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, c)
@@ -45,7 +65,7 @@ func (f *fakeExec) run(_ context.Context, netns string, argv []string, stdin []b
 	if r, ok := f.replies[c.String()]; ok {
 		return r, nil
 	}
-	if len(argv) == 2 && argv[1] == "--version" {
+	if len(c.argv) == 2 && c.argv[1] == "--version" {
 		return result{stdout: []byte(versionOutput(c.argv[0], "1.8.9"))}, nil
 	}
 	return result{}, nil

@@ -375,7 +375,7 @@ func TestKernelDetect(t *testing.T) {
 			}
 			// Detect created no legacy table: legacy's whole save
 			// lists only the tables the case made.
-			res, err := osExec{}.run(ctx, ns.Path(), []string{legacy.save}, nil)
+			res, err := osExec{}.run(ctx, ns.Path(), []string{legacy.save}, nil, nil)
 			if err != nil || res.code != 0 {
 				t.Fatalf("%s: %v, %d: %s", legacy.save, err, res.code, res.stderr)
 			}

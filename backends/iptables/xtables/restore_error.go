@@ -1,10 +1,10 @@
 package xtables
 
 import (
+	"bytes"
 	"fmt"
 	"regexp"
 	"strconv"
-	"strings"
 )
 
 // contextLines is how many input lines before and after the failing one
@@ -51,8 +51,10 @@ func (e *RestoreError) Error() string {
 var restoreLine = regexp.MustCompile(`\bline:? ([0-9]+)\b`)
 
 // newRestoreError describes the failure res of restore binary command fed
-// with input.
-func newRestoreError(command string, input []byte, res result) *RestoreError {
+// with input. It writes input again to find the line the binary names,
+// and keeps of it only that line, the lines around it and the table
+// it is in.
+func newRestoreError(command string, input Input, res result) *RestoreError {
 	e := &RestoreError{Stderr: string(res.stderr), command: command, code: res.code}
 	m := restoreLine.FindStringSubmatch(e.Stderr)
 	if m == nil {
@@ -63,20 +65,59 @@ func newRestoreError(command string, input []byte, res result) *RestoreError {
 		return e
 	}
 	e.Line = n
-	lines := strings.Split(string(input), "\n")
-	for i := 0; i < len(lines) && i < n; i++ {
-		if t, ok := strings.CutPrefix(lines[i], "*"); ok {
-			e.Table = strings.TrimSpace(t)
+	p := linePicker{want: n}
+	_ = input(&p) // an input that fails now has written what the binary read
+	p.flush()
+	if n <= p.lines {
+		e.Text, e.Table = p.text, p.table
+	}
+	e.Context = p.context
+	return e
+}
+
+// linePicker is an io.Writer that keeps, of the lines written to it
+// (numbered from 1, the text after the last newline being the last line
+// even when empty), line want, the lines up to contextLines either side
+// of it, and the table of the last "*table" line up to it.
+type linePicker struct {
+	want    int
+	lines   int // lines ended so far
+	cur     []byte
+	text    string
+	table   string
+	context []string
+}
+
+func (p *linePicker) Write(b []byte) (int, error) {
+	n := len(b)
+	for {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			p.cur = append(p.cur, b...)
+			return n, nil
+		}
+		p.cur = append(p.cur, b[:i]...)
+		p.endLine()
+		b = b[i+1:]
+	}
+}
+
+// flush ends the last line.
+func (p *linePicker) flush() { p.endLine() }
+
+func (p *linePicker) endLine() {
+	p.lines++
+	line := p.cur
+	p.cur = p.cur[:0]
+	if p.lines <= p.want {
+		if t, ok := bytes.CutPrefix(line, []byte("*")); ok {
+			p.table = string(bytes.TrimSpace(t))
 		}
 	}
-	if n <= len(lines) {
-		e.Text = lines[n-1]
-	} else {
-		e.Table = ""
+	if p.lines == p.want {
+		p.text = string(line)
 	}
-	first, last := max(1, n-contextLines), min(len(lines), n+contextLines)
-	for i := first; i <= last; i++ {
-		e.Context = append(e.Context, lines[i-1])
+	if p.lines >= p.want-contextLines && p.lines <= p.want+contextLines {
+		p.context = append(p.context, string(line))
 	}
-	return e
 }

@@ -1,8 +1,10 @@
 package xtables
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -157,14 +159,15 @@ func TestRestoreTakesTheLockForOldIptables(t *testing.T) {
 }
 
 // FuzzRestoreError: whatever a restore binary writes, the error names a
-// line of the input it was given, with that line in its context.
+// line of the input it was given, with that line in its context, and the
+// table and context lines are those of the input split into lines.
 func FuzzRestoreError(f *testing.F) {
 	f.Add("Error occurred at line: 8\n", restoreInput)
 	f.Add("line 9: RULE_APPEND failed (Invalid argument): rule in chain WASP-B\n", restoreInput)
 	f.Add("iptables-restore: line 1 failed\n", "COMMIT")
 	f.Add("line 99999999999999999999 failed", "")
 	f.Fuzz(func(t *testing.T, stderr, input string) {
-		e := newRestoreError("iptables-nft-restore", []byte(input), result{code: 1, stderr: []byte(stderr)})
+		e := newRestoreError("iptables-nft-restore", inputOf(input), result{code: 1, stderr: []byte(stderr)})
 		_ = e.Error()
 		lines := strings.Split(input, "\n")
 		if e.Line < 0 || (e.Line == 0 && (e.Text != "" || e.Context != nil || e.Table != "")) {
@@ -175,5 +178,95 @@ func FuzzRestoreError(f *testing.F) {
 				t.Fatalf("line %d: Text %q, Context %q; input line %q", e.Line, e.Text, e.Context, lines[e.Line-1])
 			}
 		}
+		if e.Line > 0 { // the lines the error keeps, read from the whole input
+			table := ""
+			for i := 0; i < len(lines) && i < e.Line; i++ {
+				if t, ok := strings.CutPrefix(lines[i], "*"); ok {
+					table = strings.TrimSpace(t)
+				}
+			}
+			if e.Line > len(lines) {
+				table = ""
+			}
+			var context []string
+			for i := max(1, e.Line-contextLines); i <= min(len(lines), e.Line+contextLines); i++ {
+				context = append(context, lines[i-1])
+			}
+			if e.Table != table || !slices.Equal(e.Context, context) {
+				t.Fatalf("line %d: Table %q, Context %q; want %q, %q", e.Line, e.Table, e.Context, table, context)
+			}
+		}
 	})
+}
+
+// inputOf is an Input that writes s.
+func inputOf(s string) Input {
+	return func(w io.Writer) error {
+		_, err := io.WriteString(w, s)
+		return err
+	}
+}
+
+// quitter is a restore binary that reads the first line of its input and
+// exits 1, naming line 2.
+type quitter struct{ read string }
+
+func (q *quitter) run(_ context.Context, _ string, _ []string, stdin io.Reader, _ io.Writer) (result, error) {
+	line, _ := bufio.NewReader(stdin).ReadString('\n')
+	q.read = line
+	return result{code: 1, stderr: []byte("Error occurred at line: 2\n")}, nil
+}
+
+// A binary that exits before it read its whole input does not leave
+// RestoreFrom waiting on the rest; the error still has the failing line,
+// which RestoreFrom writes again to find.
+func TestRestoreFromBinaryStopsReading(t *testing.T) {
+	q := &quitter{}
+	r := &Runner{restore: "/sbin/iptables-restore", restoreWaits: true, exec: q}
+	calls := 0
+	input := func(w io.Writer) error {
+		calls++
+		if _, err := io.WriteString(w, "*nat\n:WASP-X - [0:0]\n"); err != nil {
+			return err
+		}
+		for range 100000 { // megabytes: far more than a pipe holds
+			if _, err := io.WriteString(w, "-A WASP-X -j ACCEPT\n"); err != nil {
+				return err
+			}
+		}
+		_, err := io.WriteString(w, "COMMIT\n")
+		return err
+	}
+	err := r.RestoreFrom(context.Background(), input)
+	var re *RestoreError
+	if !errors.As(err, &re) {
+		t.Fatalf("RestoreFrom = %v, want a *RestoreError", err)
+	}
+	if q.read != "*nat\n" {
+		t.Errorf("the binary read %q, want the first line", q.read)
+	}
+	if re.Line != 2 || re.Text != ":WASP-X - [0:0]" || re.Table != "nat" {
+		t.Errorf("Line, Text, Table = %d, %q, %q; want 2, %q, nat", re.Line, re.Text, re.Table, ":WASP-X - [0:0]")
+	}
+	if calls != 2 {
+		t.Errorf("input written %d times, want twice: to the binary, and to find the line", calls)
+	}
+}
+
+// An Input that fails is an error of RestoreFrom even when the binary
+// succeeded on what it read.
+func TestRestoreFromInputFails(t *testing.T) {
+	f := &fakeExec{}
+	r := &Runner{restore: "/sbin/iptables-restore", restoreWaits: true, exec: f}
+	boom := errors.New("boom")
+	err := r.RestoreFrom(context.Background(), func(w io.Writer) error {
+		io.WriteString(w, "*nat\n")
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Errorf("RestoreFrom = %v, want it to wrap %v", err, boom)
+	}
+	if calls := f.take(); len(calls) != 1 || calls[0].stdin != "*nat\n" {
+		t.Errorf("calls %v, want one restore that read %q", calls, "*nat\n")
+	}
 }

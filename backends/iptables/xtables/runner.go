@@ -1,8 +1,11 @@
 package xtables
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -83,7 +86,7 @@ func newRunner(v Variant, family backends.Family, netns string, ex execer, dirs 
 		main: paths[0], save: paths[1], restore: paths[2],
 		lockPath: xtablesLockPath, lockWait: lockWaitSeconds * time.Second, lockInterval: lockIntervalMicros * time.Microsecond,
 	}
-	res, err := ex.run(context.Background(), netns, []string{r.main, "--version"}, nil)
+	res, err := ex.run(context.Background(), netns, []string{r.main, "--version"}, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +118,12 @@ func (r *Runner) Family() backends.Family { return r.family }
 // --random-fully (iptables 1.6.2 and later).
 func (r *Runner) HasRandomFully() bool { return !r.version.less(restoreWaitVersion) }
 
+// Input writes the input of a restore to w. RestoreFrom calls it once to
+// stream the input to the restore binary, and again when the restore
+// fails, to find the lines the binary names: it must write the same
+// input every time.
+type Input func(w io.Writer) error
+
 // Restore feeds input to the variant's restore binary with --noflush (a
 // chain the input does not declare is left alone; one it declares with
 // ":CHAIN - [0:0]" is flushed first) and --counters, waiting up to 5 s for
@@ -123,6 +132,15 @@ func (r *Runner) HasRandomFully() bool { return !r.version.less(restoreWaitVersi
 // tables before it in input stay committed. A restore that fails returns
 // a *RestoreError.
 func (r *Runner) Restore(ctx context.Context, input []byte) error {
+	return r.RestoreFrom(ctx, func(w io.Writer) error {
+		_, err := w.Write(input)
+		return err
+	})
+}
+
+// RestoreFrom is Restore with an input that input writes as the binary
+// reads it, so that a large input is never in memory whole.
+func (r *Runner) RestoreFrom(ctx context.Context, input Input) error {
 	argv := []string{r.restore, "--noflush", "--counters"}
 	if r.restoreWaits {
 		argv = append(argv, "-w", strconv.Itoa(lockWaitSeconds), "-W", strconv.Itoa(lockIntervalMicros))
@@ -133,33 +151,75 @@ func (r *Runner) Restore(ctx context.Context, input []byte) error {
 		}
 		defer unlock()
 	}
-	klog.FromContext(ctx).V(4).Info("Restoring iptables rules", "command", filepath.Base(r.restore), "bytes", len(input))
-	if input == nil {
-		input = []byte{}
-	}
-	res, err := r.exec.run(ctx, r.netns, argv, input)
-	if err != nil {
+	pr, pw := io.Pipe()
+	written := make(chan error, 1)
+	var n int64
+	go func() {
+		cw := &countingWriter{w: pw}
+		err := input(cw)
+		n = cw.n
+		pw.CloseWithError(err) // nil: the binary reads EOF
+		written <- err
+	}()
+	res, err := r.exec.run(ctx, r.netns, argv, pr, nil)
+	// A binary that stopped reading early (it failed, or was killed)
+	// leaves input blocked on the pipe: this unblocks it.
+	pr.CloseWithError(errStoppedReading)
+	werr := <-written
+	klog.FromContext(ctx).V(4).Info("Restored iptables rules", "command", filepath.Base(r.restore), "bytes", n)
+	switch {
+	case err != nil:
 		return err
-	}
-	if res.code != 0 {
+	case res.code != 0:
 		return newRestoreError(filepath.Base(r.restore), input, res)
+	case werr != nil:
+		// The binary read up to the error and committed every table it
+		// saw whole; none follows the error.
+		return fmt.Errorf("%s: write the input: %w", filepath.Base(r.restore), werr)
 	}
 	return nil
+}
+
+// errStoppedReading is what an Input's writes fail with once the restore
+// binary exited.
+var errStoppedReading = errors.New("the restore binary stopped reading its input")
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // Save returns the rules of table as the variant's save binary writes
 // them, without counters. With the legacy variant this loads the table
 // into the kernel if it was not there.
 func (r *Runner) Save(ctx context.Context, table string) ([]byte, error) {
-	argv := []string{r.save, "-t", table}
-	res, err := r.exec.run(ctx, r.netns, argv, nil)
-	if err != nil {
+	var out bytes.Buffer
+	if err := r.SaveTo(ctx, table, &out); err != nil {
 		return nil, err
 	}
-	if res.code != 0 {
-		return nil, r.failure(argv, res)
+	return out.Bytes(), nil
+}
+
+// SaveTo is Save writing the rules to w as the binary writes them, so
+// that a large table is never in memory whole. On error, w may have had
+// part of them.
+func (r *Runner) SaveTo(ctx context.Context, table string, w io.Writer) error {
+	argv := []string{r.save, "-t", table}
+	res, err := r.exec.run(ctx, r.netns, argv, nil, w)
+	if err != nil {
+		return err
 	}
-	return res.stdout, nil
+	if res.code != 0 {
+		return r.failure(argv, res)
+	}
+	return nil
 }
 
 // EnsureChain creates chain in table unless it exists.
@@ -288,7 +348,7 @@ func (r *Runner) DeleteChain(ctx context.Context, table, chain string) error {
 func (r *Runner) run(ctx context.Context, args ...string) ([]string, result, error) {
 	argv := append([]string{r.main, "-w", strconv.Itoa(lockWaitSeconds)}, args...)
 	klog.FromContext(ctx).V(5).Info("Running iptables", "command", argv)
-	res, err := r.exec.run(ctx, r.netns, argv, nil)
+	res, err := r.exec.run(ctx, r.netns, argv, nil, nil)
 	return argv, res, err
 }
 
