@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -230,10 +231,9 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 	}
 	written := len(in.nat) + len(in.filter)
 	stale := len(in.staleNAT) + len(in.staleFilter)
-	var text strings.Builder
 	if written+stale > 0 {
-		writeRestore(&text, in)
-		if err := b.k.restore(ctx, []byte(text.String())); err != nil {
+		err := b.k.restore(ctx, func(w io.Writer) error { return writeRestore(w, in) })
+		if err != nil {
 			b.fail()
 			if full {
 				return fmt.Errorf("iptables %s: full sync: %w: %w", b.cfg.family.String(), ErrRestore, err)
@@ -261,7 +261,7 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 	b.info = SyncInfo{Full: full, Rules: map[string]int{TableFilter: rs.Rules(TableFilter), TableNAT: rs.Rules(TableNAT)},
 		Written: map[string]int{TableFilter: countRules(in.filter), TableNAT: countRules(in.nat)}}
 	log.V(4).Info("Synced iptables", "full", full, "services", len(s.Services), "chainsWritten", written,
-		"staleChains", stale, "bytes", text.Len(), "hairpinAdded", len(add), "hairpinDeleted", len(del))
+		"staleChains", stale, "hairpinAdded", len(add), "hairpinDeleted", len(del))
 	return nil
 }
 
@@ -400,24 +400,19 @@ func (b *Backend) prepareFull(ctx context.Context, rs *Ruleset, localhostNodePor
 		write *[]*Chain
 		stale *[]string
 	}{{TableNAT, all.nat, &in.nat, &in.staleNAT}, {TableFilter, all.filter, &in.filter, &in.staleFilter}} {
-		out, err := b.k.save(ctx, t.table)
-		if err != nil {
+		saved := newSavedTable(t.plan, wanted)
+		if err := saveLines(ctx, b.k, t.table, saved.line); err != nil {
 			return nil, nil, fmt.Errorf("iptables %s: save table %s: %w", fam, t.table, err)
 		}
-		saved, err := readSave(out)
-		if err != nil {
-			return nil, nil, fmt.Errorf("iptables %s: table %s: %w", fam, t.table, err)
+		if saved.err != nil {
+			return nil, nil, fmt.Errorf("iptables %s: table %s: %w", fam, t.table, saved.err)
 		}
 		for _, c := range t.plan {
 			if !saved.same(c) {
 				*t.write = append(*t.write, c)
 			}
 		}
-		for _, name := range saved.chains {
-			if strings.HasPrefix(name, Prefix) && !wanted[name] {
-				*t.stale = append(*t.stale, name)
-			}
-		}
+		*t.stale = saved.stale
 		for _, j := range b.cfg.jumps() {
 			if j.table == t.table && !saved.hasJump(j) {
 				missing = append(missing, j)
@@ -452,20 +447,14 @@ func anyJumps() []jump {
 	return config{family: backends.IPv4, localhostNodePorts: true}.jumps()
 }
 
-// chainNames returns the chains declared in iptables-save output.
-func chainNames(save []byte) []string {
-	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(save))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, ":") {
-			continue
-		}
-		name, _, _ := strings.Cut(line[1:], " ")
-		out = append(out, name)
+// chainName returns the chain a line of iptables-save output declares,
+// if it is a declaration.
+func chainName(line string) (string, bool) {
+	if !strings.HasPrefix(line, ":") {
+		return "", false
 	}
-	return out
+	name, _, _ := strings.Cut(line[1:], " ")
+	return name, true
 }
 
 // changedChains returns the service chains of rs whose rules differ from
@@ -582,18 +571,17 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 // has no jump to one either, and is left untouched: not even read by a
 // single-rule call, which would load a legacy table that is not there.
 func cleanup(ctx context.Context, k kernel, what string, tables ...string) error {
-	var in strings.Builder
+	var in bytes.Buffer
 	removed := map[string]int{} // chains, by table
 	for _, table := range tables {
-		out, err := k.save(ctx, table)
+		var ours []string
+		err := saveLines(ctx, k, table, func(line string) {
+			if name, ok := chainName(line); ok && strings.HasPrefix(name, Prefix) {
+				ours = append(ours, strings.Clone(name))
+			}
+		})
 		if err != nil {
 			return fmt.Errorf("iptables %s: save table %s: %w", what, table, err)
-		}
-		var ours []string
-		for _, name := range chainNames(out) {
-			if strings.HasPrefix(name, Prefix) {
-				ours = append(ours, name)
-			}
 		}
 		if len(ours) == 0 {
 			continue
@@ -606,13 +594,15 @@ func cleanup(ctx context.Context, k kernel, what string, tables ...string) error
 				return fmt.Errorf("iptables %s: delete jump from %s to %s in table %s: %w", what, j.from, j.to, j.table, err)
 			}
 		}
-		writeTable(&in, table, nil, ours)
+		w := bufio.NewWriter(&in)
+		writeTable(w, table, nil, ours)
+		w.Flush() // into memory: cannot fail
 		removed[table] = len(ours)
 	}
 	if in.Len() == 0 {
 		return nil
 	}
-	if err := k.restore(ctx, []byte(in.String())); err != nil {
+	if err := k.restore(ctx, restoreText(in.String())); err != nil {
 		return fmt.Errorf("iptables %s: delete chains: %w: %w", what, ErrRestore, err)
 	}
 	klog.FromContext(ctx).Info("Removed wasp's iptables chains and the jumps to them", "iptables", what, "chains", removed)

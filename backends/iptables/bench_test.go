@@ -1,9 +1,9 @@
 package iptables
 
 import (
+	"bytes"
 	"context"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -79,7 +79,7 @@ func BenchmarkOneServiceChangePlan(b *testing.B) {
 	var n, size int
 	for b.Loop() {
 		rs := p.plan(states[n%2])
-		var in strings.Builder
+		var in bytes.Buffer
 		writeRestore(&in, partialInput(prev, rs))
 		size = in.Len()
 		prev = rs

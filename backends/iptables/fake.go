@@ -1,9 +1,11 @@
 package iptables
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"slices"
@@ -261,7 +263,12 @@ func (t *fakeTable) mut(name string) *fakeChain {
 	return &cc
 }
 
-func (f *Fake) restore(ctx context.Context, input []byte) error {
+func (f *Fake) restore(ctx context.Context, write func(w io.Writer) error) error {
+	var in bytes.Buffer
+	if err := write(&in); err != nil {
+		return err
+	}
+	input := in.Bytes()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -466,14 +473,15 @@ func (t *fakeTable) referrer(name string) string {
 	return ""
 }
 
-func (f *Fake) save(ctx context.Context, table string) ([]byte, error) {
+func (f *Fake) save(ctx context.Context, table string, w io.Writer) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := f.tables[table]
 	if t == nil {
-		return nil, fmt.Errorf("table %s does not exist", table)
+		return fmt.Errorf("table %s does not exist", table)
 	}
-	return []byte(t.save(table)), nil
+	_, err := io.WriteString(w, t.save(table))
+	return err
 }
 
 func (f *Fake) chainExists(ctx context.Context, table, chain string) (bool, error) {

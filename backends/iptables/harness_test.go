@@ -50,10 +50,7 @@ func canonicalDump(t *testing.T, k kernel) string {
 	t.Helper()
 	var out strings.Builder
 	for _, table := range []string{TableNAT, TableFilter} {
-		save, err := k.save(context.Background(), table)
-		if err != nil {
-			t.Fatalf("save %s: %v", table, err)
-		}
+		save := saveOf(t, k, table)
 		rules := map[string][]string{}
 		var chains []string
 		for _, l := range strings.Split(string(save), "\n") {

@@ -1,6 +1,8 @@
 package iptables
 
 import (
+	"bytes"
+	"context"
 	"flag"
 	"net/netip"
 	"path/filepath"
@@ -69,3 +71,24 @@ func goldenState4() *backends.State {
 // goldenState6 is backendtest.Golden6: NodePorts on a node address and
 // on loopback, MasqueradeAll, affinity with weights, no endpoints.
 func goldenState6() *backends.State { return backendtest.Golden6() }
+
+// saveOf returns iptables-save -t table of k.
+func saveOf(t *testing.T, k kernel, table string) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	if err := k.save(context.Background(), table, &out); err != nil {
+		t.Fatalf("save %s: %v", table, err)
+	}
+	return out.Bytes()
+}
+
+// chainNames returns the chains declared in iptables-save output.
+func chainNames(save []byte) []string {
+	var out []string
+	for l := range bytes.Lines(save) {
+		if name, ok := chainName(string(bytes.TrimSuffix(l, []byte("\n")))); ok {
+			out = append(out, name)
+		}
+	}
+	return out
+}

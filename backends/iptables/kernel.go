@@ -3,6 +3,7 @@ package iptables
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/wasp-proxy/wasp/backends"
@@ -12,12 +13,14 @@ import (
 // iptables binaries of one variant and family (kernel_linux.go), or the
 // Fake.
 type kernel interface {
-	// restore runs iptables-restore --noflush --counters with input and
-	// the xtables lock. Each table's section commits atomically at its
-	// COMMIT. A failure on a line is a *LineError.
-	restore(ctx context.Context, input []byte) error
-	// save returns iptables-save -t table.
-	save(ctx context.Context, table string) ([]byte, error)
+	// restore runs iptables-restore --noflush --counters with the input
+	// that input writes (as xtables.Input: it may be called again, and
+	// writes the same each time) and the xtables lock. Each table's
+	// section commits atomically at its COMMIT. A failure on a line is a
+	// *LineError.
+	restore(ctx context.Context, input func(w io.Writer) error) error
+	// save writes iptables-save -t table to w.
+	save(ctx context.Context, table string, w io.Writer) error
 	// chainExists reports whether table has chain.
 	chainExists(ctx context.Context, table, chain string) (bool, error)
 	// ensureRule prepends the rule to chain unless it is there.
@@ -64,3 +67,14 @@ func (e *LineError) Error() string {
 }
 
 func (e *LineError) Unwrap() error { return e.Err }
+
+// saveLines passes each line of iptables-save -t table of k, without its
+// newline, to f.
+func saveLines(ctx context.Context, k kernel, table string, f func(line string)) error {
+	w := &lineWriter{f: f}
+	if err := k.save(ctx, table, w); err != nil {
+		return err
+	}
+	w.flush()
+	return nil
+}

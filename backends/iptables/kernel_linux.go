@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"slices"
 	"strings"
@@ -26,8 +27,8 @@ type xtKernel struct {
 
 var _ kernel = (*xtKernel)(nil)
 
-func (k *xtKernel) restore(ctx context.Context, input []byte) error {
-	err := k.r.Restore(ctx, input)
+func (k *xtKernel) restore(ctx context.Context, input func(w io.Writer) error) error {
+	err := k.r.RestoreFrom(ctx, input)
 	var re *xtables.RestoreError
 	if errors.As(err, &re) && re.Line > 0 {
 		return &LineError{Line: re.Line, Text: re.Text, Err: err}
@@ -35,8 +36,8 @@ func (k *xtKernel) restore(ctx context.Context, input []byte) error {
 	return err
 }
 
-func (k *xtKernel) save(ctx context.Context, table string) ([]byte, error) {
-	return k.r.Save(ctx, table)
+func (k *xtKernel) save(ctx context.Context, table string, w io.Writer) error {
+	return k.r.SaveTo(ctx, table, w)
 }
 
 func (k *xtKernel) chainExists(ctx context.Context, table, chain string) (bool, error) {

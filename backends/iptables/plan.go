@@ -105,7 +105,7 @@ func (rs *Ruleset) Rules(table string) int {
 // every chain (see writeRestore), as a full sync on an empty node would.
 func (rs *Ruleset) Restore() string {
 	var b strings.Builder
-	writeRestore(&b, fullInput(rs))
+	writeRestore(&b, fullInput(rs)) // a strings.Builder takes every write
 	return b.String()
 }
 

@@ -166,7 +166,7 @@ func TestGolden(t *testing.T) {
 			if err := planned.ensureSet(context.Background(), hairpinSet(tt.opts.Family), tt.opts.Family); err != nil {
 				t.Fatal(err)
 			}
-			if err := planned.restore(context.Background(), []byte(rs.Restore())); err != nil {
+			if err := planned.restore(context.Background(), restoreText(rs.Restore())); err != nil {
 				t.Fatal(err)
 			}
 			got := chainRules(f)

@@ -1,8 +1,8 @@
 package iptables
 
 import (
-	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"net/netip"
@@ -164,77 +164,104 @@ func canonMark(v string) (string, error) {
 	return fmt.Sprintf("0x%x/0x%x", x, m), nil
 }
 
-// savedTable is what iptables-save shows of a table: its chains, and the
-// canonical rules of wasp's (nil for a chain with a rule canonRule cannot
-// read).
+// savedTable is what iptables-save shows of a table, read line by line
+// (line) against the plan of the table, so that neither the output nor
+// its rules are ever in memory whole: for each chain of the plan,
+// whether the table holds it with the same rules as far as canonRule can
+// tell; the chains of wasp's that no plan wants; and the jumps to wasp's
+// chains from the others.
 type savedTable struct {
-	chains []string
-	rules  map[string][]string
+	plan   map[string]*savedChain // the plan's chains of the table, by name
+	wanted map[string]bool        // the chains of every table's plan
+	// stale are the chains of wasp's the table holds and wanted lacks.
+	stale []string
 	// jumps are the canonical rules of other chains (the built-in ones)
 	// that jump to one of wasp's.
 	jumps map[string][]string
+	err   error // of the first line that could not be read
 }
 
-// readSave reads iptables-save output of one table.
-func readSave(save []byte) (*savedTable, error) {
-	t := &savedTable{rules: map[string][]string{}, jumps: map[string][]string{}}
-	unreadable := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(save))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, ":"):
-			name, _, _ := strings.Cut(line[1:], " ")
-			t.chains = append(t.chains, name)
-		case strings.HasPrefix(line, "-A "+Prefix):
-			args, err := splitArgs(line)
-			if err != nil || len(args) < 2 {
-				return nil, fmt.Errorf("iptables-save line %q: %v", line, err)
-			}
-			chain := args[1]
-			c, ok := canonRule(args[2:])
-			if !ok {
-				unreadable[chain] = true
-			}
-			t.rules[chain] = append(t.rules[chain], c)
-		case strings.HasPrefix(line, "-A ") && strings.Contains(line, " -j "+Prefix):
-			args, err := splitArgs(line)
-			if err != nil || len(args) < 2 {
-				return nil, fmt.Errorf("iptables-save line %q: %v", line, err)
-			}
-			if c, ok := canonRule(args[2:]); ok {
-				t.jumps[args[1]] = append(t.jumps[args[1]], c)
-			}
+// savedChain is what the table holds of a chain of the plan.
+type savedChain struct {
+	want     *Chain
+	declared bool
+	rules    int  // of its rules read so far, all equal to want's
+	differs  bool // a rule differs, or cannot be compared
+}
+
+// newSavedTable returns a savedTable for the chains plan of a table;
+// wanted are the chains of the plans of every table.
+func newSavedTable(plan []*Chain, wanted map[string]bool) *savedTable {
+	t := &savedTable{plan: make(map[string]*savedChain, len(plan)), wanted: wanted, jumps: map[string][]string{}}
+	for _, c := range plan {
+		t.plan[c.Name] = &savedChain{want: c}
+	}
+	return t
+}
+
+// line reads one line of iptables-save output, without its newline.
+func (t *savedTable) line(line string) {
+	if t.err != nil {
+		return
+	}
+	if name, ok := chainName(line); ok {
+		if c := t.plan[name]; c != nil {
+			c.declared = true
+		} else if strings.HasPrefix(name, Prefix) && !t.wanted[name] {
+			t.stale = append(t.stale, strings.Clone(name))
+		}
+		return
+	}
+	switch {
+	case strings.HasPrefix(line, "-A "+Prefix):
+		chain, _, _ := strings.Cut(line[len("-A "):], " ")
+		c := t.plan[chain]
+		if c == nil || c.differs {
+			return // a chain the plan lacks goes, whatever its rules
+		}
+		args, err := splitArgs(line)
+		if err != nil || len(args) < 2 {
+			t.err = fmt.Errorf("iptables-save line %q: %v", line, err)
+			return
+		}
+		c.read(args[2:])
+	case strings.HasPrefix(line, "-A ") && strings.Contains(line, " -j "+Prefix):
+		args, err := splitArgs(line)
+		if err != nil || len(args) < 2 {
+			t.err = fmt.Errorf("iptables-save line %q: %v", line, err)
+			return
+		}
+		if c, ok := canonRule(args[2:]); ok {
+			t.jumps[args[1]] = append(t.jumps[args[1]], c)
 		}
 	}
-	for chain := range unreadable {
-		t.rules[chain] = nil
-	}
-	return t, sc.Err()
 }
 
-// same reports whether chain c is in the table with the same rules, as
-// far as canonRule can tell.
+// read compares the next rule of the chain, as iptables-save shows its
+// arguments, with the plan's.
+func (c *savedChain) read(saved []string) {
+	if c.rules == len(c.want.Rules) {
+		c.differs = true
+		return
+	}
+	got, ok := canonRule(saved)
+	args, err := splitArgs(c.want.Rules[c.rules])
+	if !ok || err != nil {
+		c.differs = true
+		return
+	}
+	if want, ok := canonRule(args); !ok || want != got {
+		c.differs = true
+		return
+	}
+	c.rules++
+}
+
+// same reports whether chain c of the plan is in the table with the same
+// rules, as far as canonRule can tell.
 func (t *savedTable) same(c *Chain) bool {
-	got, ok := t.rules[c.Name]
-	if !ok {
-		return len(c.Rules) == 0 && slices.Contains(t.chains, c.Name)
-	}
-	if got == nil || len(got) != len(c.Rules) {
-		return false
-	}
-	for i, r := range c.Rules {
-		args, err := splitArgs(r)
-		if err != nil {
-			return false
-		}
-		want, ok := canonRule(args)
-		if !ok || want != got[i] {
-			return false
-		}
-	}
-	return true
+	s := t.plan[c.Name]
+	return s != nil && s.declared && !s.differs && s.rules == len(c.Rules)
 }
 
 // hasJump reports whether j is in its built-in chain, as far as
@@ -243,3 +270,49 @@ func (t *savedTable) hasJump(j jump) bool {
 	c, ok := canonRule(j.args())
 	return ok && slices.Contains(t.jumps[j.from], c)
 }
+
+// maxSaveLine is the longest line of iptables-save output that
+// lineWriter takes.
+const maxSaveLine = 1 << 20
+
+// lineWriter is an io.Writer that passes each line written to it,
+// without its newline, to f; flush passes a last line that lacks one.
+type lineWriter struct {
+	f       func(line string)
+	partial []byte
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			i = len(p)
+		}
+		if len(w.partial)+i > maxSaveLine {
+			return n - len(p), errLineTooLong
+		}
+		if i == len(p) {
+			w.partial = append(w.partial, p...)
+			break
+		}
+		if len(w.partial) == 0 {
+			w.f(string(p[:i]))
+		} else {
+			w.partial = append(w.partial, p[:i]...)
+			w.f(string(w.partial))
+			w.partial = w.partial[:0]
+		}
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+func (w *lineWriter) flush() {
+	if len(w.partial) > 0 {
+		w.f(string(w.partial))
+		w.partial = w.partial[:0]
+	}
+}
+
+var errLineTooLong = errors.New("iptables-save line longer than 1 MiB")

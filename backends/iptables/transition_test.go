@@ -178,7 +178,7 @@ func TestFullSyncRemovesLeftovers(t *testing.T) {
 	f := NewFake()
 	left := "*nat\n:WASP-SVC-AAAAAAAAAAAAAAAA - [0:0]\n:WASP-SEP-BBBBBBBBBBBBBBBB - [0:0]\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\n" +
 		"-A WASP-SVC-AAAAAAAAAAAAAAAA -j WASP-SEP-BBBBBBBBBBBBBBBB\n-A KUBE-SVC-AAAAAAAAAAAAAAAA -j ACCEPT\nCOMMIT\n"
-	if err := f.restore(ctx, []byte(left)); err != nil {
+	if err := f.restore(ctx, restoreText(left)); err != nil {
 		t.Fatal(err)
 	}
 	b := newFakeBackend(t, f, opts4)
@@ -337,7 +337,7 @@ func TestCleanup(t *testing.T) {
 	ctx := context.Background()
 	f := NewFake()
 	kube := "*filter\n:KUBE-FORWARD - [0:0]\n-A FORWARD -j KUBE-FORWARD\nCOMMIT\n"
-	if err := f.restore(ctx, []byte(kube)); err != nil {
+	if err := f.restore(ctx, restoreText(kube)); err != nil {
 		t.Fatal(err)
 	}
 	want := f.Dump()
@@ -466,7 +466,7 @@ func TestFakeRefuses(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := NewFake()
 			before := f.Dump()
-			err := f.restore(ctx, []byte(tt.input))
+			err := f.restore(ctx, restoreText(tt.input))
 			var le *LineError
 			if !errors.As(err, &le) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want a line error with %q", err, tt.want)
@@ -478,7 +478,7 @@ func TestFakeRefuses(t *testing.T) {
 	}
 	t.Run("earlier sections stay committed", func(t *testing.T) {
 		f := NewFake()
-		err := f.restore(ctx, []byte("*nat\n:WASP-A - [0:0]\nCOMMIT\n*filter\n-A WASP-B -j ACCEPT\nCOMMIT\n"))
+		err := f.restore(ctx, restoreText("*nat\n:WASP-A - [0:0]\nCOMMIT\n*filter\n-A WASP-B -j ACCEPT\nCOMMIT\n"))
 		var le *LineError
 		if !errors.As(err, &le) || le.Line != 5 {
 			t.Fatalf("got %v, want a failure on line 5", err)
@@ -492,7 +492,7 @@ func TestFakeRefuses(t *testing.T) {
 		if err := f.ensureSet(ctx, SetHairpin4, backends.IPv4); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.restore(ctx, []byte("*nat\n:WASP-A - [0:0]\n-A WASP-A -m set --match-set WASP-HAIRPIN dst,dst,src -j MASQUERADE\nCOMMIT\n")); err != nil {
+		if err := f.restore(ctx, restoreText("*nat\n:WASP-A - [0:0]\n-A WASP-A -m set --match-set WASP-HAIRPIN dst,dst,src -j MASQUERADE\nCOMMIT\n")); err != nil {
 			t.Fatal(err)
 		}
 		if err := f.destroySet(ctx, SetHairpin4); err == nil || !strings.Contains(f.SaveSets(), SetHairpin4) {
@@ -505,7 +505,7 @@ func TestFakeRefuses(t *testing.T) {
 	t.Run("a declaration flushes", func(t *testing.T) {
 		f := NewFake()
 		for _, in := range []string{"*nat\n:WASP-A - [0:0]\n-A WASP-A -j ACCEPT\nCOMMIT\n", "*nat\n:WASP-A - [0:0]\n-A WASP-A -j DROP\nCOMMIT\n"} {
-			if err := f.restore(ctx, []byte(in)); err != nil {
+			if err := f.restore(ctx, restoreText(in)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -658,7 +658,7 @@ func TestFullSyncWritesOnlyDifferences(t *testing.T) {
 	n := newServiceChains(web)
 	tamper := "*nat\n:" + n.svc + " - [0:0]\n:" + ChainMarkMasq + " - [0:0]\n-A " + ChainMarkMasq + " -j MARK --or-mark 0x8\nCOMMIT\n" +
 		"*filter\n:" + ChainForward + " - [0:0]\nCOMMIT\n"
-	if err := f.restore(ctx, []byte(tamper)); err != nil {
+	if err := f.restore(ctx, restoreText(tamper)); err != nil {
 		t.Fatal(err)
 	}
 	lost := HairpinEntry{Addr: web.Cluster[0].Addr, Protocol: backends.TCP, Port: web.Cluster[0].Port}
@@ -699,7 +699,7 @@ func TestFullSyncDeletesEndpointChains(t *testing.T) {
 	s := goldenState4()
 	f := NewFake()
 	in, seps := endpointChainsLayout(s)
-	if err := f.restore(ctx, []byte(in)); err != nil {
+	if err := f.restore(ctx, restoreText(in)); err != nil {
 		t.Fatal(err)
 	}
 	b := newFakeBackend(t, f, opts4)
