@@ -122,7 +122,7 @@ type Backend struct {
 	last    *Ruleset // what is programmed; nil: not known, the next Sync is full
 	// hairpin are the entries of the hairpin set with last, each with
 	// the number of its service ports that want it; nil with last.
-	hairpin  map[HairpinEntry]int
+	hairpin  map[entryKey]int32
 	lastFull time.Time
 	info     SyncInfo
 	closed   bool
@@ -212,8 +212,8 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 			b.fail()
 			return err
 		}
-		hairpin = rs.Hairpin()
-		if add, del, err = b.reconcileSet(ctx, hairpin); err != nil {
+		hairpin = rs.hairpinCounts()
+		if add, del, err = b.reconcileSet(ctx, rs, hairpin); err != nil {
 			b.fail()
 			return err
 		}
@@ -280,8 +280,9 @@ func (b *Backend) fail() {
 }
 
 // reconcileSet creates the hairpin set unless it exists, and returns the
-// entries of want it lacks and those it holds but want does not.
-func (b *Backend) reconcileSet(ctx context.Context, want map[HairpinEntry]int) (add, del []HairpinEntry, err error) {
+// entries of rs it lacks and those it holds but rs does not want; counts
+// are rs's (hairpinCounts).
+func (b *Backend) reconcileSet(ctx context.Context, rs *Ruleset, counts map[entryKey]int32) (add, del []HairpinEntry, err error) {
 	fam, set := b.cfg.family.String(), hairpinSet(b.cfg.family)
 	if err := b.k.ensureSet(ctx, set, b.cfg.family); err != nil {
 		return nil, nil, fmt.Errorf("iptables %s: %w", fam, err)
@@ -290,16 +291,22 @@ func (b *Backend) reconcileSet(ctx context.Context, want map[HairpinEntry]int) (
 	if err != nil {
 		return nil, nil, fmt.Errorf("iptables %s: %w", fam, err)
 	}
-	held := make(map[HairpinEntry]bool, len(have))
+	// done: held, or already added.
+	done := make(map[entryKey]struct{}, len(have))
 	for _, e := range have {
-		held[e] = true
-		if want[e] == 0 {
+		k := e.key()
+		done[k] = struct{}{}
+		if counts[k] == 0 {
 			del = append(del, e)
 		}
 	}
-	for e := range want {
-		if !held[e] {
-			add = append(add, e)
+	have = nil
+	for _, f := range rs.Services {
+		for _, e := range f.Hairpin {
+			if _, ok := done[e.key()]; !ok {
+				done[e.key()] = struct{}{}
+				add = append(add, e)
+			}
 		}
 	}
 	sortEntries(add)
@@ -311,18 +318,23 @@ func (b *Backend) reconcileSet(ctx context.Context, want map[HairpinEntry]int) (
 // the number of service ports that want each, to rs's, and returns the
 // entries it gained and lost. Like changedChains, it skips unseen the
 // Fragments rs shares with old.
-func hairpinChanges(old, rs *Ruleset, counts map[HairpinEntry]int) (add, del []HairpinEntry) {
+func hairpinChanges(old, rs *Ruleset, counts map[entryKey]int32) (add, del []HairpinEntry) {
 	prev := make(map[string]*Fragment, len(old.Services))
 	for _, f := range old.Services {
 		prev[f.Key] = f
 	}
-	before := map[HairpinEntry]int{} // of the entries touched
-	count := func(es []HairpinEntry, d int) {
+	type touched struct {
+		e   HairpinEntry
+		was int32 // its count before
+	}
+	before := map[entryKey]touched{}
+	count := func(es []HairpinEntry, d int32) {
 		for _, e := range es {
-			if _, ok := before[e]; !ok {
-				before[e] = counts[e]
+			k := e.key()
+			if _, ok := before[k]; !ok {
+				before[k] = touched{e, counts[k]}
 			}
-			counts[e] += d
+			counts[k] += d
 		}
 	}
 	for _, f := range rs.Services {
@@ -339,16 +351,16 @@ func hairpinChanges(old, rs *Ruleset, counts map[HairpinEntry]int) (add, del []H
 	for _, o := range prev { // service ports that left
 		count(o.Hairpin, -1)
 	}
-	for e, was := range before {
-		now := counts[e]
+	for k, t := range before {
+		now := counts[k]
 		if now <= 0 {
-			delete(counts, e)
+			delete(counts, k)
 		}
 		switch {
-		case was <= 0 && now > 0:
-			add = append(add, e)
-		case was > 0 && now <= 0:
-			del = append(del, e)
+		case t.was <= 0 && now > 0:
+			add = append(add, t.e)
+		case t.was > 0 && now <= 0:
+			del = append(del, t.e)
 		}
 	}
 	sortEntries(add)

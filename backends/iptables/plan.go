@@ -60,14 +60,40 @@ func (e HairpinEntry) String() string {
 // Hairpin returns the entries of the hairpin set, with the number of
 // service ports that want each.
 func (rs *Ruleset) Hairpin() map[HairpinEntry]int {
+	out := map[HairpinEntry]int{}
+	for _, f := range rs.Services {
+		for _, e := range f.Hairpin {
+			out[e]++
+		}
+	}
+	return out
+}
+
+// entryKey is a HairpinEntry as a key of 20 bytes, not 48 (an Addr
+// carries a zone pointer, a Protocol is a string): a Backend keeps a
+// count of every entry of the set, 100k of them at 10k service ports.
+// A State's addresses are all of its family and never IPv4-mapped
+// (backends.Validate), so that As16 keeps them apart.
+type entryKey struct {
+	addr  [16]byte
+	port  uint16
+	proto uint8
+}
+
+func (e HairpinEntry) key() entryKey {
+	return entryKey{addr: e.Addr.As16(), port: e.Port, proto: e.Protocol.Number()}
+}
+
+// hairpinCounts is Hairpin by entryKey.
+func (rs *Ruleset) hairpinCounts() map[entryKey]int32 {
 	n := 0
 	for _, f := range rs.Services {
 		n += len(f.Hairpin)
 	}
-	out := make(map[HairpinEntry]int, n)
+	out := make(map[entryKey]int32, n)
 	for _, f := range rs.Services {
 		for _, e := range f.Hairpin {
-			out[e]++
+			out[e.key()]++
 		}
 	}
 	return out
@@ -134,6 +160,9 @@ type planner struct {
 	cfg   config
 	wide  stateWide
 	cache map[string]*cached // by service key
+	// hairpin is scratch space for the hairpin entries of a service
+	// port.
+	hairpin []HairpinEntry
 }
 
 type cached struct {
@@ -378,15 +407,18 @@ func (p *planner) service(w *stateWide, s *backends.Service) *Fragment {
 
 	// Hairpin traffic, one entry per endpoint of either set.
 	seen := map[netip.AddrPort]bool{}
+	hairpin := p.hairpin[:0]
 	for _, set := range [][]backends.Endpoint{s.Cluster, s.Local} {
 		for i := range set {
 			ap := netip.AddrPortFrom(set[i].Addr, set[i].Port)
 			if !seen[ap] {
 				seen[ap] = true
-				f.Hairpin = append(f.Hairpin, HairpinEntry{Addr: ap.Addr(), Protocol: s.Protocol, Port: ap.Port()})
+				hairpin = append(hairpin, HairpinEntry{Addr: ap.Addr(), Protocol: s.Protocol, Port: ap.Port()})
 			}
 		}
 	}
+	// Kept for as long as the service port is unchanged: no spare room.
+	f.Hairpin, p.hairpin = slices.Clone(hairpin), hairpin
 	return f
 }
 
