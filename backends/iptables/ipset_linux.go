@@ -4,14 +4,17 @@ package iptables
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"net"
 	"net/netip"
 	"syscall"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/wasp-proxy/wasp/backends"
@@ -45,11 +48,7 @@ func (n netnsSets) withHandle(f func(h *netlink.Handle) error) (err error) {
 		return err
 	}
 	defer h.Close()
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("netlink: %v", r)
-		}
-	}()
+	defer recoverNetlink(&err)
 	return f(h)
 }
 
@@ -78,49 +77,301 @@ func setHint(err error) string {
 
 // listSet returns the entries of set name. An entry wasp did not write
 // (one whose two addresses differ, or of another protocol) is deleted
-// from the set there and then, so that a full sync, which adds what the
-// plan lacks, leaves nothing else.
+// from the set after the listing, so that a full sync, which adds what
+// the plan lacks, leaves nothing else.
+//
+// The dump is read one netlink message at a time, each parsed straight
+// into HairpinEntry values: netlink's IpsetList holds every message of
+// the dump and then an IPSetEntry, with its pointer fields, per entry,
+// tens of MiB at once for 100k entries.
 func (n netnsSets) listSet(ctx context.Context, name string) ([]HairpinEntry, error) {
-	var out []HairpinEntry
-	err := n.withHandle(func(h *netlink.Handle) error {
-		res, err := h.IpsetList(name)
-		if err != nil {
-			return err
+	var d setDump
+	err := n.withSocket(func(sh *nl.SocketHandle) error {
+		req := ipsetRequest(sh, nl.IPSET_CMD_LIST, name)
+		var perr error
+		err := req.ExecuteIter(unix.NETLINK_NETFILTER, 0, func(msg []byte) bool {
+			perr = d.message(msg)
+			return perr == nil
+		})
+		if perr != nil {
+			return perr
 		}
-		out = make([]HairpinEntry, 0, len(res.Entries))
-		for i := range res.Entries {
-			raw := &res.Entries[i]
-			if e, ok := fromNetlink(raw); ok {
-				out = append(out, e)
-				continue
-			}
-			raw.Replace = true
-			if err := h.IpsetDel(name, raw); err != nil {
-				return fmt.Errorf("delete foreign entry %v: %w", raw, err)
-			}
-		}
-		return nil
+		return ipsetErrno(err)
 	})
+	if err == nil && len(d.foreign) > 0 {
+		err = n.withHandle(func(h *netlink.Handle) error {
+			for _, f := range d.foreign {
+				if err := h.IpsetDel(name, f.netlink()); err != nil {
+					return fmt.Errorf("delete foreign entry %s: %w", f, err)
+				}
+			}
+			return nil
+		})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list ipset %s: %w", name, err)
 	}
-	return out, nil
+	return d.entries, nil
 }
 
-// fromNetlink reads an entry of a hairpin set; false when it is not one
-// wasp writes.
-func fromNetlink(e *netlink.IPSetEntry) (HairpinEntry, bool) {
-	a, ok := netip.AddrFromSlice(e.IP)
-	a2, ok2 := netip.AddrFromSlice(e.IP2)
-	if !ok || !ok2 || a.Unmap() != a2.Unmap() || e.Port == nil || e.Protocol == nil {
+// withSocket runs f with a netfilter netlink socket of the namespace,
+// closed afterwards; a panic of netlink's is returned as an error.
+func (n netnsSets) withSocket(f func(sh *nl.SocketHandle) error) (err error) {
+	var s *nl.NetlinkSocket
+	err = n.do(func() (err error) {
+		// Neither namespace open: the socket is made in the thread's.
+		s, err = nl.GetNetlinkSocketAt(netns.None(), netns.None(), unix.NETLINK_NETFILTER)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	defer recoverNetlink(&err)
+	return f(&nl.SocketHandle{Socket: s})
+}
+
+// recoverNetlink, deferred, turns a panic into the error *err.
+func recoverNetlink(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("netlink: %v", r)
+	}
+}
+
+// ipsetRequest starts an ipset command cmd on set name, to be sent on sh.
+func ipsetRequest(sh *nl.SocketHandle, cmd int, name string) *nl.NetlinkRequest {
+	req := &nl.NetlinkRequest{
+		NlMsghdr: unix.NlMsghdr{
+			Type:  uint16(cmd | unix.NFNL_SUBSYS_IPSET<<8),
+			Flags: uint16(unix.NLM_F_REQUEST | nl.GetIpsetFlags(cmd)),
+		},
+		Sockets: map[int]*nl.SocketHandle{unix.NETLINK_NETFILTER: sh},
+	}
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_NETLINK, Version: nl.NFNETLINK_V0})
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_PROTOCOL, nl.Uint8Attr(nl.IPSET_PROTOCOL)))
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_SETNAME, nl.ZeroTerminated(name)))
+	return req
+}
+
+// ipsetErrno names ipset's own error numbers, as netlink's calls do.
+func ipsetErrno(err error) error {
+	if errno, ok := err.(syscall.Errno); ok && errno >= nl.IPSET_ERR_PRIVATE {
+		return nl.IPSetError(errno)
+	}
+	return err
+}
+
+// setDump gathers the entries of one set from the messages of an ipset
+// list dump: the first names the set's family and size (IPSET_ATTR_FAMILY,
+// IPSET_ATTR_DATA), each holds entries (IPSET_ATTR_ADT, one IPSET_ATTR_DATA
+// each).
+type setDump struct {
+	family  uint8          // of the set, AF_INET or AF_INET6; 0 until known
+	entries []HairpinEntry // those wasp writes
+	foreign []setEntry     // the others
+}
+
+// attrTypeMask clears the nested and byte order flags off an attribute's
+// type.
+const attrTypeMask = ^uint16(unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER)
+
+// message reads one message of the dump: a netfilter header, then
+// attributes.
+func (d *setDump) message(msg []byte) error {
+	if len(msg) < nl.SizeofNfgenmsg {
+		return fmt.Errorf("ipset message of %d bytes: %w", len(msg), errMalformed)
+	}
+	r := attrReader{b: msg[nl.SizeofNfgenmsg:]}
+	for typ, v := range r.all() {
+		switch typ {
+		case nl.IPSET_ATTR_FAMILY:
+			if len(v) != 1 || v[0] != unix.AF_INET && v[0] != unix.AF_INET6 {
+				return fmt.Errorf("ipset family %v: %w", v, errMalformed)
+			}
+			d.family = v[0]
+		case nl.IPSET_ATTR_DATA:
+			if err := d.header(v); err != nil {
+				return err
+			}
+		case nl.IPSET_ATTR_ADT:
+			if err := d.adt(v); err != nil {
+				return err
+			}
+		}
+	}
+	return r.err
+}
+
+// header reads the set's header data, for the number of entries to
+// expect.
+func (d *setDump) header(b []byte) error {
+	r := attrReader{b: b}
+	for typ, v := range r.all() {
+		if typ != nl.IPSET_ATTR_ELEMENTS || d.entries != nil {
+			continue
+		}
+		if len(v) != 4 {
+			return fmt.Errorf("ipset element count of %d bytes: %w", len(v), errMalformed)
+		}
+		d.entries = make([]HairpinEntry, 0, min(binary.BigEndian.Uint32(v), setMaxElements))
+	}
+	return r.err
+}
+
+// adt reads a message's entries.
+func (d *setDump) adt(b []byte) error {
+	r := attrReader{b: b}
+	for typ, v := range r.all() {
+		if typ != nl.IPSET_ATTR_DATA {
+			continue
+		}
+		e, err := parseSetEntry(v, d.family)
+		if err != nil {
+			return err
+		}
+		if h, ok := e.hairpin(); ok {
+			d.entries = append(d.entries, h)
+		} else {
+			d.foreign = append(d.foreign, e)
+		}
+	}
+	return r.err
+}
+
+// setEntry is an entry of a hash:ip,port,ip set as the kernel lists it;
+// a zero field is one it left out.
+type setEntry struct {
+	ip, ip2           netip.Addr
+	proto             uint8
+	port              uint16
+	hasProto, hasPort bool
+}
+
+// parseSetEntry reads the attributes of an entry (IPSET_ATTR_DATA) of a
+// set of family (0: either). Those of extensions (timeout, counters,
+// comment) are skipped.
+func parseSetEntry(b []byte, family uint8) (setEntry, error) {
+	var e setEntry
+	r := attrReader{b: b}
+	for typ, v := range r.all() {
+		var err error
+		switch typ {
+		case nl.IPSET_ATTR_IP:
+			e.ip, err = parseSetAddr(v, family)
+		case nl.IPSET_ATTR_IP2:
+			e.ip2, err = parseSetAddr(v, family)
+		case nl.IPSET_ATTR_PORT:
+			if len(v) != 2 {
+				return e, fmt.Errorf("ipset port of %d bytes: %w", len(v), errMalformed)
+			}
+			e.port, e.hasPort = binary.BigEndian.Uint16(v), true
+		case nl.IPSET_ATTR_PROTO:
+			if len(v) != 1 {
+				return e, fmt.Errorf("ipset protocol of %d bytes: %w", len(v), errMalformed)
+			}
+			e.proto, e.hasProto = v[0], true
+		}
+		if err != nil {
+			return e, err
+		}
+	}
+	return e, r.err
+}
+
+// parseSetAddr reads an address attribute (IPSET_ATTR_IP, IPSET_ATTR_IP2),
+// which nests one IPSET_ATTR_IPADDR_IPV4 or IPSET_ATTR_IPADDR_IPV6.
+func parseSetAddr(b []byte, family uint8) (netip.Addr, error) {
+	var a netip.Addr
+	r := attrReader{b: b}
+	for typ, v := range r.all() {
+		switch {
+		case a.IsValid():
+			return a, fmt.Errorf("ipset address with more than one value: %w", errMalformed)
+		case typ == nl.IPSET_ATTR_IPADDR_IPV4 && len(v) == 4 && family != unix.AF_INET6:
+			a = netip.AddrFrom4([4]byte(v))
+		case typ == nl.IPSET_ATTR_IPADDR_IPV6 && len(v) == 16 && family != unix.AF_INET:
+			a = netip.AddrFrom16([16]byte(v))
+		default:
+			return a, fmt.Errorf("ipset address attribute %d of %d bytes in a set of family %d: %w", typ, len(v), family, errMalformed)
+		}
+	}
+	if r.err == nil && !a.IsValid() {
+		return a, fmt.Errorf("ipset address without a value: %w", errMalformed)
+	}
+	return a, r.err
+}
+
+// hairpin is e as a HairpinEntry; false when it is not one wasp writes.
+func (e setEntry) hairpin() (HairpinEntry, bool) {
+	a := e.ip.Unmap()
+	if !e.ip.IsValid() || a != e.ip2.Unmap() || !e.hasPort || !e.hasProto {
 		return HairpinEntry{}, false
 	}
 	for _, p := range []backends.Protocol{backends.TCP, backends.UDP, backends.SCTP} {
-		if p.Number() == *e.Protocol {
-			return HairpinEntry{Addr: a.Unmap(), Protocol: p, Port: *e.Port}, true
+		if p.Number() == e.proto {
+			return HairpinEntry{Addr: a, Protocol: p, Port: e.port}, true
 		}
 	}
 	return HairpinEntry{}, false
+}
+
+// netlink is e as netlink deletes it; Replace makes a missing entry no
+// error.
+func (e setEntry) netlink() *netlink.IPSetEntry {
+	out := &netlink.IPSetEntry{Replace: true}
+	if e.ip.IsValid() {
+		out.IP = e.ip.AsSlice()
+	}
+	if e.ip2.IsValid() {
+		out.IP2 = e.ip2.AsSlice()
+	}
+	if e.hasProto {
+		out.Protocol = &e.proto
+	}
+	if e.hasPort {
+		out.Port = &e.port
+	}
+	return out
+}
+
+// String is e in ipset(8)'s spelling, by protocol number.
+func (e setEntry) String() string {
+	return fmt.Sprintf("%v,%d:%d,%v", e.ip, e.proto, e.port, e.ip2)
+}
+
+// errMalformed is the error of a message the kernel would not send.
+var errMalformed = errors.New("malformed netlink message")
+
+// attrReader walks the netlink attributes of b; after the walk, err
+// says whether b ended in the middle of one.
+type attrReader struct {
+	b   []byte
+	err error
+}
+
+// all yields each attribute's type, without flags, and value.
+func (r *attrReader) all() iter.Seq2[uint16, []byte] {
+	return func(yield func(uint16, []byte) bool) {
+		for len(r.b) > 0 {
+			if len(r.b) < unix.SizeofNlAttr {
+				r.err = fmt.Errorf("netlink attribute header of %d bytes: %w", len(r.b), errMalformed)
+				return
+			}
+			n := int(binary.NativeEndian.Uint16(r.b))
+			typ := binary.NativeEndian.Uint16(r.b[2:]) & attrTypeMask
+			if n < unix.SizeofNlAttr || n > len(r.b) {
+				r.err = fmt.Errorf("netlink attribute %d of length %d in %d bytes: %w", typ, n, len(r.b), errMalformed)
+				return
+			}
+			v := r.b[unix.SizeofNlAttr:n]
+			// The next attribute starts 4-byte aligned; the last
+			// one's padding may be missing.
+			r.b = r.b[min((n+unix.NLA_ALIGNTO-1)&^(unix.NLA_ALIGNTO-1), len(r.b)):]
+			if !yield(typ, v) {
+				return
+			}
+		}
+	}
 }
 
 // toNetlink is e as netlink adds or deletes it: Replace makes a present
