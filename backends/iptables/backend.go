@@ -302,10 +302,10 @@ func (b *Backend) reconcileSet(ctx context.Context, rs *Ruleset, counts map[entr
 	}
 	have = nil
 	for _, f := range rs.Services {
-		for _, e := range f.Hairpin {
-			if _, ok := done[e.key()]; !ok {
-				done[e.key()] = struct{}{}
-				add = append(add, e)
+		for _, k := range f.hairpin {
+			if _, ok := done[k]; !ok {
+				done[k] = struct{}{}
+				add = append(add, k.entry())
 			}
 		}
 	}
@@ -323,16 +323,11 @@ func hairpinChanges(old, rs *Ruleset, counts map[entryKey]int32) (add, del []Hai
 	for _, f := range old.Services {
 		prev[f.Key] = f
 	}
-	type touched struct {
-		e   HairpinEntry
-		was int32 // its count before
-	}
-	before := map[entryKey]touched{}
-	count := func(es []HairpinEntry, d int32) {
-		for _, e := range es {
-			k := e.key()
+	before := map[entryKey]int32{} // of the entries touched
+	count := func(ks []entryKey, d int32) {
+		for _, k := range ks {
 			if _, ok := before[k]; !ok {
-				before[k] = touched{e, counts[k]}
+				before[k] = counts[k]
 			}
 			counts[k] += d
 		}
@@ -344,23 +339,23 @@ func hairpinChanges(old, rs *Ruleset, counts map[entryKey]int32) (add, del []Hai
 			continue
 		}
 		if ok {
-			count(o.Hairpin, -1)
+			count(o.hairpin, -1)
 		}
-		count(f.Hairpin, 1)
+		count(f.hairpin, 1)
 	}
 	for _, o := range prev { // service ports that left
-		count(o.Hairpin, -1)
+		count(o.hairpin, -1)
 	}
-	for k, t := range before {
+	for k, was := range before {
 		now := counts[k]
 		if now <= 0 {
 			delete(counts, k)
 		}
 		switch {
-		case t.was <= 0 && now > 0:
-			add = append(add, t.e)
-		case t.was > 0 && now <= 0:
-			del = append(del, t.e)
+		case was <= 0 && now > 0:
+			add = append(add, k.entry())
+		case was > 0 && now <= 0:
+			del = append(del, k.entry())
 		}
 	}
 	sortEntries(add)

@@ -33,10 +33,10 @@ type Chain struct {
 type Fragment struct {
 	Key    string
 	Chains []*Chain
-	// Hairpin are the entries of the service port's endpoints (Cluster
+	// hairpin are the entries of the service port's endpoints (Cluster
 	// and Local, each once) in the hairpin set (SetHairpin4,
 	// SetHairpin6).
-	Hairpin []HairpinEntry
+	hairpin []entryKey
 
 	natServices, natNodePorts                                       []string
 	filterServices, filterExternal, filterNodePorts, filterFirewall []string
@@ -62,9 +62,19 @@ func (e HairpinEntry) String() string {
 func (rs *Ruleset) Hairpin() map[HairpinEntry]int {
 	out := map[HairpinEntry]int{}
 	for _, f := range rs.Services {
-		for _, e := range f.Hairpin {
-			out[e]++
+		for _, k := range f.hairpin {
+			out[k.entry()]++
 		}
+	}
+	return out
+}
+
+// Hairpin returns the entries of the service port's endpoints in the
+// hairpin set.
+func (f *Fragment) Hairpin() []HairpinEntry {
+	out := make([]HairpinEntry, len(f.hairpin))
+	for i, k := range f.hairpin {
+		out[i] = k.entry()
 	}
 	return out
 }
@@ -84,16 +94,27 @@ func (e HairpinEntry) key() entryKey {
 	return entryKey{addr: e.Addr.As16(), port: e.Port, proto: e.Protocol.Number()}
 }
 
+// entry is the HairpinEntry of k.
+func (k entryKey) entry() HairpinEntry {
+	e := HairpinEntry{Addr: netip.AddrFrom16(k.addr).Unmap(), Port: k.port}
+	for _, p := range []backends.Protocol{backends.TCP, backends.UDP, backends.SCTP} {
+		if p.Number() == k.proto {
+			e.Protocol = p
+		}
+	}
+	return e
+}
+
 // hairpinCounts is Hairpin by entryKey.
 func (rs *Ruleset) hairpinCounts() map[entryKey]int32 {
 	n := 0
 	for _, f := range rs.Services {
-		n += len(f.Hairpin)
+		n += len(f.hairpin)
 	}
 	out := make(map[entryKey]int32, n)
 	for _, f := range rs.Services {
-		for _, e := range f.Hairpin {
-			out[e.key()]++
+		for _, k := range f.hairpin {
+			out[k]++
 		}
 	}
 	return out
@@ -162,11 +183,14 @@ type planner struct {
 	cache map[string]*cached // by service key
 	// hairpin is scratch space for the hairpin entries of a service
 	// port.
-	hairpin []HairpinEntry
+	hairpin []entryKey
 }
 
 type cached struct {
-	svc  backends.Service // deep copy of the input
+	// svc is a copy of the input. Its lists are shared with the State,
+	// which is never modified (backends.Backend), not copied: at 10k
+	// service ports, deep copies held 3 MiB of endpoints twice.
+	svc  backends.Service
 	frag *Fragment
 }
 
@@ -218,7 +242,7 @@ func (p *planner) plan(s *backends.State) *Ruleset {
 		svc := &s.Services[i]
 		c, ok := old[svc.Key]
 		if !ok || !c.svc.Equal(svc) {
-			c = &cached{svc: svc.Clone(), frag: p.service(&wide, svc)}
+			c = &cached{svc: *svc, frag: p.service(&wide, svc)}
 		}
 		p.cache[svc.Key] = c
 		rs.Services = append(rs.Services, c.frag)
@@ -413,12 +437,12 @@ func (p *planner) service(w *stateWide, s *backends.Service) *Fragment {
 			ap := netip.AddrPortFrom(set[i].Addr, set[i].Port)
 			if !seen[ap] {
 				seen[ap] = true
-				hairpin = append(hairpin, HairpinEntry{Addr: ap.Addr(), Protocol: s.Protocol, Port: ap.Port()})
+				hairpin = append(hairpin, HairpinEntry{Addr: ap.Addr(), Protocol: s.Protocol, Port: ap.Port()}.key())
 			}
 		}
 	}
 	// Kept for as long as the service port is unchanged: no spare room.
-	f.Hairpin, p.hairpin = slices.Clone(hairpin), hairpin
+	f.hairpin, p.hairpin = slices.Clone(hairpin), hairpin
 	return f
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -268,5 +269,22 @@ func TestLargeCluster(t *testing.T) {
 		if sepComments == tt.large || !strings.Contains(in, `--comment "bench/svc-00000:http cluster IP"`) {
 			t.Errorf("%d services: endpoint comments %v, want %v", tt.services, sepComments, !tt.large)
 		}
+	}
+}
+
+// A hairpin entry survives its 20-byte key, in either family, with every
+// protocol.
+func TestEntryKey(t *testing.T) {
+	for _, a := range []string{"10.244.1.10", "0.0.0.1", "fd00:10:244::a", "::1.2.3.4", "::"} {
+		for _, p := range []backends.Protocol{backends.TCP, backends.UDP, backends.SCTP} {
+			e := HairpinEntry{Addr: netip.MustParseAddr(a), Protocol: p, Port: 8080}
+			if got := e.key().entry(); got != e {
+				t.Errorf("%v: key().entry() = %v", e, got)
+			}
+		}
+	}
+	v4, v6 := HairpinEntry{Addr: netip.MustParseAddr("10.0.0.1"), Protocol: backends.TCP, Port: 80}, HairpinEntry{Addr: netip.MustParseAddr("::a00:1"), Protocol: backends.TCP, Port: 80}
+	if v4.key() == v6.key() {
+		t.Errorf("%v and %v have the same key", v4, v6)
 	}
 }
