@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"net"
 	"net/netip"
 	"syscall"
 
@@ -37,19 +36,6 @@ func (n netnsSets) do(f func() error) error {
 		return nsthread.Do(n.netns, f)
 	}
 	return nsthread.Fresh(f)
-}
-
-// withHandle runs f with a netfilter netlink socket of the namespace,
-// closed afterwards. netlink's ipset calls assume an errno (they panic on
-// another error): such a panic is returned as an error.
-func (n netnsSets) withHandle(f func(h *netlink.Handle) error) (err error) {
-	var h *netlink.Handle
-	if err := n.do(func() (err error) { h, err = netlink.NewHandle(unix.NETLINK_NETFILTER); return err }); err != nil {
-		return err
-	}
-	defer h.Close()
-	defer recoverNetlink(&err)
-	return f(h)
 }
 
 func (n netnsSets) ensureSet(ctx context.Context, name string, family backends.Family) error {
@@ -98,15 +84,8 @@ func (n netnsSets) listSet(ctx context.Context, name string) ([]HairpinEntry, er
 		}
 		return ipsetErrno(err)
 	})
-	if err == nil && len(d.foreign) > 0 {
-		err = n.withHandle(func(h *netlink.Handle) error {
-			for _, f := range d.foreign {
-				if err := h.IpsetDel(name, f.netlink()); err != nil {
-					return fmt.Errorf("delete foreign entry %s: %w", f, err)
-				}
-			}
-			return nil
-		})
+	if err == nil {
+		err = n.change(ctx, nl.IPSET_CMD_DEL, name, len(d.foreign), func(i int) setEntry { return d.foreign[i] })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list ipset %s: %w", name, err)
@@ -127,15 +106,12 @@ func (n netnsSets) withSocket(f func(sh *nl.SocketHandle) error) (err error) {
 		return err
 	}
 	defer s.Close()
-	defer recoverNetlink(&err)
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("netlink: %v", r)
+		}
+	}()
 	return f(&nl.SocketHandle{Socket: s})
-}
-
-// recoverNetlink, deferred, turns a panic into the error *err.
-func recoverNetlink(err *error) {
-	if r := recover(); r != nil {
-		*err = fmt.Errorf("netlink: %v", r)
-	}
 }
 
 // ipsetRequest starts an ipset command cmd on set name, to be sent on sh.
@@ -315,27 +291,12 @@ func (e setEntry) hairpin() (HairpinEntry, bool) {
 	return HairpinEntry{}, false
 }
 
-// netlink is e as netlink deletes it; Replace makes a missing entry no
-// error.
-func (e setEntry) netlink() *netlink.IPSetEntry {
-	out := &netlink.IPSetEntry{Replace: true}
-	if e.ip.IsValid() {
-		out.IP = e.ip.AsSlice()
-	}
-	if e.ip2.IsValid() {
-		out.IP2 = e.ip2.AsSlice()
-	}
-	if e.hasProto {
-		out.Protocol = &e.proto
-	}
-	if e.hasPort {
-		out.Port = &e.port
-	}
-	return out
-}
-
-// String is e in ipset(8)'s spelling, by protocol number.
+// String is e in ipset(8)'s spelling, by protocol number unless wasp
+// writes it.
 func (e setEntry) String() string {
+	if h, ok := e.hairpin(); ok {
+		return h.String()
+	}
 	return fmt.Sprintf("%v,%d:%d,%v", e.ip, e.proto, e.port, e.ip2)
 }
 
@@ -374,39 +335,133 @@ func (r *attrReader) all() iter.Seq2[uint16, []byte] {
 	}
 }
 
-// toNetlink is e as netlink adds or deletes it: Replace makes a present
-// entry on add, and a missing one on delete, no error (ipset's -exist).
-func toNetlink(e HairpinEntry) *netlink.IPSetEntry {
-	ip := net.IP(e.Addr.AsSlice())
-	proto, port := e.Protocol.Number(), e.Port
-	return &netlink.IPSetEntry{IP: ip, IP2: ip, Protocol: &proto, Port: &port, Replace: true}
-}
-
 func (n netnsSets) addToSet(ctx context.Context, name string, entries []HairpinEntry) error {
-	return n.change(ctx, name, "add to", entries, (*netlink.Handle).IpsetAdd)
+	return n.change(ctx, nl.IPSET_CMD_ADD, name, len(entries), func(i int) setEntry { return hairpinSetEntry(entries[i]) })
 }
 
 func (n netnsSets) delFromSet(ctx context.Context, name string, entries []HairpinEntry) error {
-	return n.change(ctx, name, "delete from", entries, (*netlink.Handle).IpsetDel)
+	return n.change(ctx, nl.IPSET_CMD_DEL, name, len(entries), func(i int) setEntry { return hairpinSetEntry(entries[i]) })
 }
 
-func (n netnsSets) change(ctx context.Context, name, what string, entries []HairpinEntry, op func(*netlink.Handle, string, *netlink.IPSetEntry) error) error {
-	if len(entries) == 0 {
+// setBatchBytes bounds the entries of one add or delete message: they
+// are held in one attribute (IPSET_ATTR_ADT), whose length has 16 bits,
+// and each takes at most 68 bytes (IPv6).
+const setBatchBytes = 32 << 10
+
+// change adds (cmd IPSET_CMD_ADD) or deletes (IPSET_CMD_DEL) count
+// entries, entry(i), many in each message, as ipset's restore does: one
+// request per entry made 100k round trips at 10k service ports. Without
+// NLM_F_EXCL a present entry on add, and a missing one on delete, is no
+// error (ipset's -exist). The kernel stops a message at its first
+// failing entry, the earlier ones done; that message's entries are then
+// sent one at a time, to name the one that fails.
+func (n netnsSets) change(ctx context.Context, cmd int, name string, count int, entry func(i int) setEntry) error {
+	if count == 0 {
 		return nil
 	}
-	// One socket for every entry (netlink's package-level calls open one
-	// per call).
-	return n.withHandle(func(h *netlink.Handle) error {
-		for _, e := range entries {
+	what := "add to"
+	if cmd == nl.IPSET_CMD_DEL {
+		what = "delete from"
+	}
+	return n.withSocket(func(sh *nl.SocketHandle) error {
+		var buf []byte
+		for i := 0; i < count; {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if err := op(h, name, toNetlink(e)); err != nil {
-				return fmt.Errorf("%s ipset %s entry %s: %w", what, name, e, err)
+			first := i
+			buf, adt := beginNested(buf[:0], nl.IPSET_ATTR_ADT)
+			for ; i < count && len(buf) < setBatchBytes; i++ {
+				buf = appendSetEntry(buf, entry(i))
 			}
+			endNested(buf, adt)
+			if sendSetEntries(sh, cmd, name, buf) == nil {
+				continue
+			}
+			for j := first; j < i; j++ {
+				buf, adt = beginNested(buf[:0], nl.IPSET_ATTR_ADT)
+				buf = appendSetEntry(buf, entry(j))
+				endNested(buf, adt)
+				if err := sendSetEntries(sh, cmd, name, buf); err != nil {
+					return fmt.Errorf("%s ipset %s entry %s: %w", what, name, entry(j), err)
+				}
+			}
+			// Each entry went in alone: the set is as asked.
 		}
 		return nil
 	})
+}
+
+// sendSetEntries sends command cmd on set name with the entries of adt
+// (IPSET_ATTR_ADT), and waits for the kernel's answer.
+func sendSetEntries(sh *nl.SocketHandle, cmd int, name string, adt []byte) error {
+	req := ipsetRequest(sh, cmd, name)
+	// The kernel takes IPSET_ATTR_ADT only beside a line number (which
+	// entries without one of their own never report).
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_LINENO, nl.Uint32Attr(0)))
+	req.RawData = adt
+	return ipsetErrno(req.ExecuteIter(unix.NETLINK_NETFILTER, 0, func([]byte) bool { return true }))
+}
+
+// hairpinSetEntry is e as the set holds it: its address twice.
+func hairpinSetEntry(e HairpinEntry) setEntry {
+	return setEntry{ip: e.Addr, ip2: e.Addr, proto: e.Protocol.Number(), port: e.Port, hasProto: true, hasPort: true}
+}
+
+// appendSetEntry appends e as an entry of an add or delete
+// (IPSET_ATTR_DATA), with the fields it has.
+func appendSetEntry(b []byte, e setEntry) []byte {
+	b, data := beginNested(b, nl.IPSET_ATTR_DATA)
+	for _, a := range []struct {
+		typ  uint16
+		addr netip.Addr
+	}{{nl.IPSET_ATTR_IP, e.ip}, {nl.IPSET_ATTR_IP2, e.ip2}} {
+		if !a.addr.IsValid() {
+			continue
+		}
+		var ip int
+		b, ip = beginNested(b, a.typ)
+		if a.addr.Is4() {
+			v := a.addr.As4()
+			b = appendAttr(b, nl.IPSET_ATTR_IPADDR_IPV4|unix.NLA_F_NET_BYTEORDER, v[:]...)
+		} else {
+			v := a.addr.As16()
+			b = appendAttr(b, nl.IPSET_ATTR_IPADDR_IPV6|unix.NLA_F_NET_BYTEORDER, v[:]...)
+		}
+		endNested(b, ip)
+	}
+	if e.hasProto {
+		b = appendAttr(b, nl.IPSET_ATTR_PROTO, e.proto)
+	}
+	if e.hasPort {
+		b = appendAttr(b, nl.IPSET_ATTR_PORT|unix.NLA_F_NET_BYTEORDER, byte(e.port>>8), byte(e.port))
+	}
+	endNested(b, data)
+	return b
+}
+
+// appendAttr appends a netlink attribute of type typ holding v, padded
+// to 4 bytes.
+func appendAttr(b []byte, typ uint16, v ...byte) []byte {
+	b = binary.NativeEndian.AppendUint16(b, uint16(unix.SizeofNlAttr+len(v)))
+	b = binary.NativeEndian.AppendUint16(b, typ)
+	b = append(b, v...)
+	for len(b)%unix.NLA_ALIGNTO != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// beginNested appends the header of a nested attribute of type typ and
+// returns where it starts; endNested sets its length once its attributes
+// follow.
+func beginNested(b []byte, typ uint16) ([]byte, int) {
+	at := len(b)
+	return appendAttr(b, typ|unix.NLA_F_NESTED), at
+}
+
+func endNested(b []byte, at int) {
+	binary.NativeEndian.PutUint16(b[at:], uint16(len(b)-at))
 }
 
 func (n netnsSets) destroySet(ctx context.Context, name string) error {

@@ -6,9 +6,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -191,6 +191,35 @@ func TestSetDump(t *testing.T) {
 	}
 }
 
+// TestSetEntryEncoding: entries encoded for an add or delete read back
+// the same through the listing's parser.
+func TestSetEntryEncoding(t *testing.T) {
+	hairpin := []HairpinEntry{
+		{Addr: netip.MustParseAddr("10.244.1.10"), Protocol: backends.TCP, Port: 80},
+		{Addr: netip.MustParseAddr("fd00::a"), Protocol: backends.SCTP, Port: 65535},
+	}
+	foreign := []setEntry{
+		{ip: netip.MustParseAddr("10.9.9.9"), ip2: netip.MustParseAddr("10.9.9.8"), proto: 17, port: 53, hasProto: true, hasPort: true},
+		{ip: netip.MustParseAddr("10.9.9.9"), ip2: netip.MustParseAddr("10.9.9.9"), proto: 47, hasProto: true},
+		{ip: netip.MustParseAddr("fd00::1")},
+	}
+	b, adt := beginNested(nil, nl.IPSET_ATTR_ADT)
+	for _, e := range hairpin {
+		b = appendSetEntry(b, hairpinSetEntry(e))
+	}
+	for _, e := range foreign {
+		b = appendSetEntry(b, e)
+	}
+	endNested(b, adt)
+	var d setDump
+	if err := d.message(ipsetMsg(b)); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(d.entries, hairpin) || !slices.Equal(d.foreign, foreign) {
+		t.Errorf("read back %v and %v, want %v and %v", d.entries, d.foreign, hairpin, foreign)
+	}
+}
+
 // FuzzSetDump: no input makes the parser panic or read out of range, and
 // what it accepts is whole.
 func FuzzSetDump(f *testing.F) {
@@ -210,30 +239,39 @@ func FuzzSetDump(f *testing.F) {
 	})
 }
 
+// kernelSet creates the hairpin set of family in a fresh network
+// namespace and returns the namespace's sets and the set's name; it skips
+// in -short mode, without root, or without ipset in the kernel.
+func kernelSet(tb testing.TB, family backends.Family) (netnsSets, string) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("kernel test: skipped in -short mode")
+	}
+	if err := netlab.Probe(); err != nil {
+		tb.Skipf("kernel test: %v", err)
+	}
+	ns, err := netlab.NewForTest(tb).AddNS("sets")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sets, name := netnsSets{ns.Path()}, hairpinSet(family)
+	if err := sets.ensureSet(context.Background(), name, family); err != nil {
+		if setHint(err) != "" {
+			tb.Skipf("kernel test: %v", err)
+		}
+		tb.Fatal(err)
+	}
+	return sets, name
+}
+
 // TestKernelListSet: listing a set of either family that spans many
 // netlink messages returns every entry wasp writes and deletes the
 // others from the set.
 func TestKernelListSet(t *testing.T) {
-	if testing.Short() {
-		t.Skip("kernel test: skipped in -short mode")
-	}
-	if err := netlab.Probe(); err != nil {
-		t.Skipf("kernel test: %v", err)
-	}
 	ctx := context.Background()
 	for _, family := range []backends.Family{backends.IPv4, backends.IPv6} {
 		t.Run(family.String(), func(t *testing.T) {
-			ns, err := netlab.NewForTest(t).AddNS("sets")
-			if err != nil {
-				t.Fatal(err)
-			}
-			sets, name := netnsSets{ns.Path()}, hairpinSet(family)
-			if err := sets.ensureSet(ctx, name, family); err != nil {
-				if setHint(err) != "" {
-					t.Skipf("kernel test: %v", err)
-				}
-				t.Fatal(err)
-			}
+			sets, name := kernelSet(t, family)
 			base := netip.MustParseAddr("10.244.0.0")
 			if family == backends.IPv6 {
 				base = netip.MustParseAddr("fd00:10:244::")
@@ -255,15 +293,7 @@ func TestKernelListSet(t *testing.T) {
 				{ip: base, ip2: other, proto: backends.ProtoNumberUDP, port: 53, hasProto: true, hasPort: true},
 				{ip: base, ip2: base, proto: 47, hasProto: true, hasPort: true}, // GRE
 			}
-			err = sets.do(func() error {
-				for _, f := range foreign {
-					if err := netlink.IpsetAdd(name, f.netlink()); err != nil {
-						return fmt.Errorf("add foreign entry %s: %w", f, err)
-					}
-				}
-				return nil
-			})
-			if err != nil {
+			if err := sets.change(ctx, nl.IPSET_CMD_ADD, name, len(foreign), func(i int) setEntry { return foreign[i] }); err != nil {
 				t.Fatal(err)
 			}
 
@@ -290,27 +320,50 @@ func TestKernelListSet(t *testing.T) {
 	}
 }
 
+// TestKernelSetChange: adds and deletes go many entries to a message;
+// an entry the kernel refuses is named in the error, with the entries
+// before it in the set and none after it; deleting entries the set
+// lacks is no error.
+func TestKernelSetChange(t *testing.T) {
+	ctx := context.Background()
+	sets, _ := kernelSet(t, backends.IPv4)
+	var entries []HairpinEntry
+	a := netip.MustParseAddr("10.244.0.0")
+	for i := range 3000 {
+		a = a.Next()
+		entries = append(entries, HairpinEntry{Addr: a, Protocol: backends.UDP, Port: uint16(i)})
+	}
+	bad := HairpinEntry{Addr: netip.MustParseAddr("fd00::1"), Protocol: backends.TCP, Port: 80}
+	entries[1500] = bad // an IPv6 entry in an IPv4 set
+	err := sets.addToSet(ctx, SetHairpin4, entries)
+	if err == nil || !strings.Contains(err.Error(), bad.String()) {
+		t.Fatalf("adding an IPv6 entry to an IPv4 set: %v, want an error naming %s", err, bad)
+	}
+	got, err := sets.listSet(ctx, SetHairpin4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sortEntries(got)
+	if want := slices.Clone(entries[:1500]); !slices.Equal(got, want) {
+		t.Errorf("the set holds %d entries after the failed add, want the %d before the refused one", len(got), len(want))
+	}
+	entries[1500] = HairpinEntry{Addr: netip.MustParseAddr("10.244.255.1"), Protocol: backends.TCP, Port: 80}
+	if err := sets.delFromSet(ctx, SetHairpin4, entries); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := sets.listSet(ctx, SetHairpin4); err != nil || len(got) != 0 {
+		t.Errorf("the set after deleting every entry: %d entries, %v; want none", len(got), err)
+	}
+}
+
 // BenchmarkKernelListSet lists a hairpin set of benchServices ×
 // benchEndpoints entries, as a restarted Backend's first Sync does
 // (root only; skipped otherwise and in -short mode):
 //
 //	go test -run '^$' -bench KernelListSet -benchtime 5x ./backends/iptables/
 func BenchmarkKernelListSet(b *testing.B) {
-	if testing.Short() {
-		b.Skip("kernel benchmark: skipped in -short mode")
-	}
-	if err := netlab.Probe(); err != nil {
-		b.Skipf("kernel benchmark: %v", err)
-	}
-	ns, err := netlab.NewForTest(b).AddNS("sets")
-	if err != nil {
-		b.Fatal(err)
-	}
 	ctx := context.Background()
-	sets := netnsSets{ns.Path()}
-	if err := sets.ensureSet(ctx, SetHairpin4, backends.IPv4); err != nil {
-		b.Skipf("kernel benchmark: %v", err)
-	}
+	sets, _ := kernelSet(b, backends.IPv4)
 	want := make([]HairpinEntry, 0, benchServices*benchEndpoints)
 	a := netip.MustParseAddr("10.244.0.0")
 	for i := range benchServices * benchEndpoints {
