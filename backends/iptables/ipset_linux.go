@@ -369,8 +369,8 @@ func (n netnsSets) change(ctx context.Context, cmd int, name string, count int, 
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			first := i
-			buf, adt := beginNested(buf[:0], nl.IPSET_ATTR_ADT)
+			first, adt := i, 0
+			buf, adt = beginNested(buf[:0], nl.IPSET_ATTR_ADT) // the last message's room, reused
 			for ; i < count && len(buf) < setBatchBytes; i++ {
 				buf = appendSetEntry(buf, entry(i))
 			}
