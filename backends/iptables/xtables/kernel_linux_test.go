@@ -5,9 +5,11 @@ package xtables
 import (
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wasp-proxy/wasp/backends"
 	"github.com/wasp-proxy/wasp/internal/netlab"
@@ -183,6 +185,40 @@ func TestKernelFailingRestore(t *testing.T) {
 		}
 		if after := saved(t, r, "filter"); !slices.Equal(after, before) {
 			t.Errorf("the failed restore changed filter:\n\t%s\nwas\n\t%s", strings.Join(after, "\n\t"), strings.Join(before, "\n\t"))
+		}
+	})
+}
+
+// A restore binary that fails on an early line of a streamed input far
+// larger than a pipe holds stops reading; RestoreFrom still returns its
+// error, naming the line, instead of waiting on the rest of the input.
+func TestKernelRestoreFromFailsEarly(t *testing.T) {
+	eachVariant(t, backends.IPv4, func(t *testing.T, r *Runner) {
+		const bad = "-A WASP-A -m nosuchmatch -j ACCEPT"
+		input := func(w io.Writer) error {
+			if _, err := io.WriteString(w, "*filter\n:WASP-A - [0:0]\n"+bad+"\n"); err != nil {
+				return err
+			}
+			for range 200000 { // 5 MB
+				if _, err := io.WriteString(w, "-A WASP-A -j ACCEPT\n"); err != nil {
+					return err
+				}
+			}
+			_, err := io.WriteString(w, "COMMIT\n")
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		err := r.RestoreFrom(ctx, input)
+		var re *RestoreError
+		if !errors.As(err, &re) {
+			t.Fatalf("RestoreFrom = %v, want a *RestoreError", err)
+		}
+		if re.Line != 3 || re.Text != bad || re.Table != "filter" {
+			t.Errorf("Line, Text, Table = %d, %q, %q; want 3, %q, filter (stderr %q)", re.Line, re.Text, re.Table, bad, re.Stderr)
+		}
+		if declared(saved(t, r, "filter"), "WASP-A") {
+			t.Error("the failed restore created WASP-A")
 		}
 	})
 }
