@@ -300,7 +300,6 @@ func (b *Backend) reconcileSet(ctx context.Context, rs *Ruleset, counts map[entr
 			del = append(del, e)
 		}
 	}
-	have = nil
 	for _, f := range rs.Services {
 		for _, k := range f.hairpin {
 			if _, ok := done[k]; !ok {
