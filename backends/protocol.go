@@ -36,6 +36,20 @@ func (p Protocol) Number() uint8 {
 	return 0
 }
 
+// ProtocolOf returns the Protocol of IANA protocol number n, the inverse
+// of Number; "" when n is not TCP's, UDP's or SCTP's.
+func ProtocolOf(n uint8) Protocol {
+	switch n {
+	case ProtoNumberTCP:
+		return TCP
+	case ProtoNumberUDP:
+		return UDP
+	case ProtoNumberSCTP:
+		return SCTP
+	}
+	return ""
+}
+
 // Lower returns p in lower case ("tcp"), the spelling of nft, iptables and
 // of wasp's dumps and kernel object names.
 func (p Protocol) Lower() string { return strings.ToLower(string(p)) }

@@ -7,6 +7,11 @@ import (
 )
 
 func TestProtocol(t *testing.T) {
+	for _, n := range []uint8{0, 1, 58, 255} {
+		if p := backends.ProtocolOf(n); p != "" {
+			t.Errorf("ProtocolOf(%d) = %q, want \"\"", n, p)
+		}
+	}
 	tests := []struct {
 		p      backends.Protocol
 		number uint8
@@ -29,6 +34,11 @@ func TestProtocol(t *testing.T) {
 			}
 			if got := tc.p.Lower(); got != tc.lower {
 				t.Errorf("Lower() = %q, want %q", got, tc.lower)
+			}
+			if tc.number != 0 {
+				if got := backends.ProtocolOf(tc.number); got != tc.p {
+					t.Errorf("ProtocolOf(%d) = %q, want %q", tc.number, got, tc.p)
+				}
 			}
 		})
 	}

@@ -283,12 +283,11 @@ func (e setEntry) hairpin() (HairpinEntry, bool) {
 	if !e.ip.IsValid() || a != e.ip2.Unmap() || !e.hasPort || !e.hasProto {
 		return HairpinEntry{}, false
 	}
-	for _, p := range []backends.Protocol{backends.TCP, backends.UDP, backends.SCTP} {
-		if p.Number() == e.proto {
-			return HairpinEntry{Addr: a, Protocol: p, Port: e.port}, true
-		}
+	p := backends.ProtocolOf(e.proto)
+	if p == "" {
+		return HairpinEntry{}, false
 	}
-	return HairpinEntry{}, false
+	return HairpinEntry{Addr: a, Protocol: p, Port: e.port}, true
 }
 
 // String is e in ipset(8)'s spelling, by protocol number unless wasp

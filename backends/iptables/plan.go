@@ -69,16 +69,6 @@ func (rs *Ruleset) Hairpin() map[HairpinEntry]int {
 	return out
 }
 
-// Hairpin returns the entries of the service port's endpoints in the
-// hairpin set.
-func (f *Fragment) Hairpin() []HairpinEntry {
-	out := make([]HairpinEntry, len(f.hairpin))
-	for i, k := range f.hairpin {
-		out[i] = k.entry()
-	}
-	return out
-}
-
 // entryKey is a HairpinEntry as a key of 20 bytes, not 48 (an Addr
 // carries a zone pointer, a Protocol is a string): a Backend keeps a
 // count of every entry of the set, 100k of them at 10k service ports.
@@ -96,13 +86,7 @@ func (e HairpinEntry) key() entryKey {
 
 // entry is the HairpinEntry of k.
 func (k entryKey) entry() HairpinEntry {
-	e := HairpinEntry{Addr: netip.AddrFrom16(k.addr).Unmap(), Port: k.port}
-	for _, p := range []backends.Protocol{backends.TCP, backends.UDP, backends.SCTP} {
-		if p.Number() == k.proto {
-			e.Protocol = p
-		}
-	}
-	return e
+	return HairpinEntry{Addr: netip.AddrFrom16(k.addr).Unmap(), Protocol: backends.ProtocolOf(k.proto), Port: k.port}
 }
 
 // hairpinCounts is Hairpin by entryKey.
