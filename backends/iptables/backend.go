@@ -1,12 +1,9 @@
 package iptables
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -232,8 +229,7 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
 	written := len(in.nat) + len(in.filter)
 	stale := len(in.staleNAT) + len(in.staleFilter)
 	if written+stale > 0 {
-		err := b.k.restore(ctx, func(w io.Writer) error { return writeRestore(w, in) })
-		if err != nil {
+		if err := b.k.restore(ctx, in.write); err != nil {
 			b.fail()
 			if full {
 				return fmt.Errorf("iptables %s: full sync: %w: %w", b.cfg.family.String(), ErrRestore, err)
@@ -573,11 +569,12 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 }
 
 // cleanup removes the jumps (those of every configuration) and the
-// chains of wasp's from tables of k. A table without a chain of wasp's
+// chains of wasp's from tables of k (TableNAT, TableFilter, or both; in
+// one restore). A table without a chain of wasp's
 // has no jump to one either, and is left untouched: not even read by a
 // single-rule call, which would load a legacy table that is not there.
 func cleanup(ctx context.Context, k kernel, what string, tables ...string) error {
-	var in bytes.Buffer
+	in := &restoreInput{}
 	removed := map[string]int{} // chains, by table
 	for _, table := range tables {
 		var ours []string
@@ -600,15 +597,17 @@ func cleanup(ctx context.Context, k kernel, what string, tables ...string) error
 				return fmt.Errorf("iptables %s: delete jump from %s to %s in table %s: %w", what, j.from, j.to, j.table, err)
 			}
 		}
-		w := bufio.NewWriter(&in)
-		writeTable(w, table, nil, ours)
-		w.Flush() // into memory: cannot fail
+		if table == TableNAT {
+			in.staleNAT = ours
+		} else {
+			in.staleFilter = ours
+		}
 		removed[table] = len(ours)
 	}
-	if in.Len() == 0 {
+	if len(removed) == 0 {
 		return nil
 	}
-	if err := k.restore(ctx, restoreText(in.String())); err != nil {
+	if err := k.restore(ctx, in.write); err != nil {
 		return fmt.Errorf("iptables %s: delete chains: %w: %w", what, ErrRestore, err)
 	}
 	klog.FromContext(ctx).Info("Removed wasp's iptables chains and the jumps to them", "iptables", what, "chains", removed)

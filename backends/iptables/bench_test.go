@@ -80,7 +80,7 @@ func BenchmarkOneServiceChangePlan(b *testing.B) {
 	for b.Loop() {
 		rs := p.plan(states[n%2])
 		var in bytes.Buffer
-		writeRestore(&in, partialInput(prev, rs))
+		partialInput(prev, rs).write(&in)
 		size = in.Len()
 		prev = rs
 		n++

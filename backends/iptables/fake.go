@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/backends/iptables/xtables"
 )
 
 // Fake is an in-memory iptables of one IP family: its filter and nat
@@ -263,7 +264,7 @@ func (t *fakeTable) mut(name string) *fakeChain {
 	return &cc
 }
 
-func (f *Fake) restore(ctx context.Context, write func(w io.Writer) error) error {
+func (f *Fake) restore(ctx context.Context, write xtables.Input) error {
 	var in bytes.Buffer
 	if err := write(&in); err != nil {
 		return err

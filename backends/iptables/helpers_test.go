@@ -10,6 +10,7 @@ import (
 
 	"github.com/wasp-proxy/wasp/backends"
 	"github.com/wasp-proxy/wasp/backends/backendtest"
+	"github.com/wasp-proxy/wasp/backends/iptables/xtables"
 )
 
 // The tests use backendtest's address plan and States (node 1,
@@ -92,3 +93,6 @@ func chainNames(save []byte) []string {
 	}
 	return out
 }
+
+// restoreText is the restore input text, for kernel.restore.
+func restoreText(text string) xtables.Input { return xtables.Bytes([]byte(text)) }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/backends/iptables/xtables"
 )
 
 // kernel is the seam between the Backend and what it programs: the
@@ -14,11 +15,10 @@ import (
 // Fake.
 type kernel interface {
 	// restore runs iptables-restore --noflush --counters with the input
-	// that input writes (as xtables.Input: it may be called again, and
-	// writes the same each time) and the xtables lock. Each table's
-	// section commits atomically at its COMMIT. A failure on a line is a
-	// *LineError.
-	restore(ctx context.Context, input func(w io.Writer) error) error
+	// that input writes (it may be called again, and writes the same
+	// each time) and the xtables lock. Each table's section commits
+	// atomically at its COMMIT. A failure on a line is a *LineError.
+	restore(ctx context.Context, input xtables.Input) error
 	// save writes iptables-save -t table to w.
 	save(ctx context.Context, table string, w io.Writer) error
 	// chainExists reports whether table has chain.

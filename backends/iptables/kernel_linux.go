@@ -27,7 +27,7 @@ type xtKernel struct {
 
 var _ kernel = (*xtKernel)(nil)
 
-func (k *xtKernel) restore(ctx context.Context, input func(w io.Writer) error) error {
+func (k *xtKernel) restore(ctx context.Context, input xtables.Input) error {
 	err := k.r.RestoreFrom(ctx, input)
 	var re *xtables.RestoreError
 	if errors.As(err, &re) && re.Line > 0 {

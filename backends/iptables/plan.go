@@ -133,10 +133,10 @@ func (rs *Ruleset) Rules(table string) int {
 }
 
 // Restore returns the plan as one iptables-restore input that writes
-// every chain (see writeRestore), as a full sync on an empty node would.
+// every chain (see restoreInput.write), as a full sync on an empty node would.
 func (rs *Ruleset) Restore() string {
 	var b strings.Builder
-	writeRestore(&b, fullInput(rs)) // a strings.Builder takes every write
+	fullInput(rs).write(&b) // a strings.Builder takes every write
 	return b.String()
 }
 

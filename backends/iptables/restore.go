@@ -14,7 +14,7 @@ type restoreInput struct {
 	staleNAT, staleFilter []string
 }
 
-// writeRestore writes the iptables-restore input (for "--noflush") of in:
+// write writes the iptables-restore input (for "--noflush") of in:
 // the nat table, then the filter table, each only if it has something to
 // write. In each, "*table", a declaration of every chain it writes (which,
 // with --noflush, creates the chain or flushes it) and of every stale
@@ -31,7 +31,7 @@ type restoreInput struct {
 //
 // It writes as it goes, through a small buffer: a full sync's input is
 // streamed to iptables-restore, never in memory whole.
-func writeRestore(w io.Writer, in *restoreInput) error {
+func (in *restoreInput) write(w io.Writer) error {
 	b := bufio.NewWriterSize(w, 64<<10)
 	if len(in.nat) > 0 || len(in.staleNAT) > 0 {
 		writeTable(b, TableNAT, in.nat, in.staleNAT)
@@ -118,12 +118,4 @@ func allServiceChains(rs *Ruleset) []*Chain {
 		out = append(out, f.Chains...)
 	}
 	return out
-}
-
-// restoreText is the restore input text, for kernel.restore.
-func restoreText(text string) func(w io.Writer) error {
-	return func(w io.Writer) error {
-		_, err := io.WriteString(w, text)
-		return err
-	}
 }

@@ -167,7 +167,7 @@ func FuzzRestoreError(f *testing.F) {
 	f.Add("iptables-restore: line 1 failed\n", "COMMIT")
 	f.Add("line 99999999999999999999 failed", "")
 	f.Fuzz(func(t *testing.T, stderr, input string) {
-		e := newRestoreError("iptables-nft-restore", inputOf(input), result{code: 1, stderr: []byte(stderr)})
+		e := newRestoreError("iptables-nft-restore", Bytes([]byte(input)), result{code: 1, stderr: []byte(stderr)})
 		_ = e.Error()
 		lines := strings.Split(input, "\n")
 		if e.Line < 0 || (e.Line == 0 && (e.Text != "" || e.Context != nil || e.Table != "")) {
@@ -197,14 +197,6 @@ func FuzzRestoreError(f *testing.F) {
 			}
 		}
 	})
-}
-
-// inputOf is an Input that writes s.
-func inputOf(s string) Input {
-	return func(w io.Writer) error {
-		_, err := io.WriteString(w, s)
-		return err
-	}
 }
 
 // quitter is a restore binary that reads the first line of its input and

@@ -124,6 +124,14 @@ func (r *Runner) HasRandomFully() bool { return !r.version.less(restoreWaitVersi
 // input every time.
 type Input func(w io.Writer) error
 
+// Bytes is the Input that writes b.
+func Bytes(b []byte) Input {
+	return func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	}
+}
+
 // Restore feeds input to the variant's restore binary with --noflush (a
 // chain the input does not declare is left alone; one it declares with
 // ":CHAIN - [0:0]" is flushed first) and --counters, waiting up to 5 s for
@@ -132,10 +140,7 @@ type Input func(w io.Writer) error
 // tables before it in input stay committed. A restore that fails returns
 // a *RestoreError.
 func (r *Runner) Restore(ctx context.Context, input []byte) error {
-	return r.RestoreFrom(ctx, func(w io.Writer) error {
-		_, err := w.Write(input)
-		return err
-	})
+	return r.RestoreFrom(ctx, Bytes(input))
 }
 
 // RestoreFrom is Restore with an input that input writes as the binary
