@@ -68,13 +68,16 @@ func (e *LineError) Error() string {
 
 func (e *LineError) Unwrap() error { return e.Err }
 
+// maxSaveLine is the longest line of iptables-save output that saveLines
+// takes.
+const maxSaveLine = 1 << 20
+
 // saveLines passes each line of iptables-save -t table of k, without its
-// newline, to f.
+// newline, to f (and "" at the end).
 func saveLines(ctx context.Context, k kernel, table string, f func(line string)) error {
-	w := &lineWriter{f: f}
+	w := xtables.NewLineWriter(maxSaveLine, func(line []byte) { f(string(line)) })
 	if err := k.save(ctx, table, w); err != nil {
 		return err
 	}
-	w.flush()
-	return nil
+	return w.Close()
 }

@@ -1,8 +1,6 @@
 package iptables
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"math"
 	"net/netip"
@@ -270,49 +268,3 @@ func (t *savedTable) hasJump(j jump) bool {
 	c, ok := canonRule(j.args())
 	return ok && slices.Contains(t.jumps[j.from], c)
 }
-
-// maxSaveLine is the longest line of iptables-save output that
-// lineWriter takes.
-const maxSaveLine = 1 << 20
-
-// lineWriter is an io.Writer that passes each line written to it,
-// without its newline, to f; flush passes a last line that lacks one.
-type lineWriter struct {
-	f       func(line string)
-	partial []byte
-}
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	n := len(p)
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			i = len(p)
-		}
-		if len(w.partial)+i > maxSaveLine {
-			return n - len(p), errLineTooLong
-		}
-		if i == len(p) {
-			w.partial = append(w.partial, p...)
-			break
-		}
-		if len(w.partial) == 0 {
-			w.f(string(p[:i]))
-		} else {
-			w.partial = append(w.partial, p[:i]...)
-			w.f(string(w.partial))
-			w.partial = w.partial[:0]
-		}
-		p = p[i+1:]
-	}
-	return n, nil
-}
-
-func (w *lineWriter) flush() {
-	if len(w.partial) > 0 {
-		w.f(string(w.partial))
-		w.partial = w.partial[:0]
-	}
-}
-
-var errLineTooLong = errors.New("iptables-save line longer than 1 MiB")

@@ -1,8 +1,6 @@
 package iptables
 
 import (
-	"bytes"
-	"errors"
 	"slices"
 	"testing"
 )
@@ -110,36 +108,5 @@ func TestCanonRule(t *testing.T) {
 		if c, ok := canon(t, rule); ok {
 			t.Errorf("%q read as %q; want unreadable", rule, c)
 		}
-	}
-}
-
-// lineWriter passes every line whole, however the writes cut it, and
-// refuses a line longer than maxSaveLine.
-func TestLineWriter(t *testing.T) {
-	text := "*nat\n:WASP-A - [0:0]\n\n-A WASP-A -j ACCEPT\nCOMMIT"
-	want := []string{"*nat", ":WASP-A - [0:0]", "", "-A WASP-A -j ACCEPT", "COMMIT"}
-	for size := 1; size <= len(text); size++ {
-		var got []string
-		w := &lineWriter{f: func(l string) { got = append(got, l) }}
-		for p := []byte(text); len(p) > 0; {
-			n := min(size, len(p))
-			if m, err := w.Write(p[:n]); m != n || err != nil {
-				t.Fatalf("Write = %d, %v; want %d, nil", m, err, n)
-			}
-			p = p[n:]
-		}
-		w.flush()
-		if !slices.Equal(got, want) {
-			t.Fatalf("writes of %d bytes: lines %q, want %q", size, got, want)
-		}
-	}
-
-	w := &lineWriter{f: func(string) {}}
-	long := bytes.Repeat([]byte("x"), maxSaveLine/2+1)
-	if _, err := w.Write(long); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write(long); !errors.Is(err, errLineTooLong) {
-		t.Errorf("a line of %d bytes: %v, want %v", 2*len(long), err, errLineTooLong)
 	}
 }

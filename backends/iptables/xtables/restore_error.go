@@ -66,8 +66,9 @@ func newRestoreError(command string, input Input, res result) *RestoreError {
 	}
 	e.Line = n
 	p := linePicker{want: n}
-	_ = input(&p) // an input that fails now has written what the binary read
-	p.flush()
+	w := NewLineWriter(0, p.line)
+	_ = input(w) // an input that fails now has written what the binary read
+	w.Close()
 	if n <= p.lines {
 		e.Text, e.Table = p.text, p.table
 	}
@@ -75,40 +76,20 @@ func newRestoreError(command string, input Input, res result) *RestoreError {
 	return e
 }
 
-// linePicker is an io.Writer that keeps, of the lines written to it
-// (numbered from 1, the text after the last newline being the last line
-// even when empty), line want, the lines up to contextLines either side
-// of it, and the table of the last "*table" line up to it.
+// linePicker keeps, of the lines of an input (numbered from 1, the text
+// after the last newline being the last line even when empty), line
+// want, the lines up to contextLines either side of it, and the table of
+// the last "*table" line up to it.
 type linePicker struct {
 	want    int
-	lines   int // lines ended so far
-	cur     []byte
+	lines   int // lines read so far
 	text    string
 	table   string
 	context []string
 }
 
-func (p *linePicker) Write(b []byte) (int, error) {
-	n := len(b)
-	for {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			p.cur = append(p.cur, b...)
-			return n, nil
-		}
-		p.cur = append(p.cur, b[:i]...)
-		p.endLine()
-		b = b[i+1:]
-	}
-}
-
-// flush ends the last line.
-func (p *linePicker) flush() { p.endLine() }
-
-func (p *linePicker) endLine() {
+func (p *linePicker) line(line []byte) {
 	p.lines++
-	line := p.cur
-	p.cur = p.cur[:0]
 	if p.lines <= p.want {
 		if t, ok := bytes.CutPrefix(line, []byte("*")); ok {
 			p.table = string(bytes.TrimSpace(t))
