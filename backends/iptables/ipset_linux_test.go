@@ -17,7 +17,6 @@ import (
 
 	"github.com/wasp-proxy/wasp/backends"
 	"github.com/wasp-proxy/wasp/backends/backendtest"
-	"github.com/wasp-proxy/wasp/internal/netlab"
 )
 
 // nla is a netlink attribute of type typ holding the concatenation of
@@ -244,17 +243,7 @@ func FuzzSetDump(f *testing.F) {
 // in -short mode, without root, or without ipset in the kernel.
 func kernelSet(tb testing.TB, family backends.Family) (netnsSets, string) {
 	tb.Helper()
-	if testing.Short() {
-		tb.Skip("kernel test: skipped in -short mode")
-	}
-	if err := netlab.Probe(); err != nil {
-		tb.Skipf("kernel test: %v", err)
-	}
-	ns, err := netlab.NewForTest(tb).AddNS("sets")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sets, name := netnsSets{ns.Path()}, hairpinSet(family)
+	sets, name := netnsSets{kernelNS(tb, "kernel test", "sets")}, hairpinSet(family)
 	if err := sets.ensureSet(context.Background(), name, family); err != nil {
 		if setHint(err) != "" {
 			tb.Skipf("kernel test: %v", err)

@@ -13,7 +13,6 @@ import (
 	"github.com/wasp-proxy/wasp/backends"
 	"github.com/wasp-proxy/wasp/backends/backendtest"
 	"github.com/wasp-proxy/wasp/backends/iptables/xtables"
-	"github.com/wasp-proxy/wasp/internal/netlab"
 )
 
 // The kernel benchmarks program N service ports × 10 endpoints
@@ -36,20 +35,11 @@ import (
 // kernelBenchNS returns the path of a fresh network namespace, or skips.
 func kernelBenchNS(b *testing.B, v xtables.Variant) string {
 	b.Helper()
-	if testing.Short() {
-		b.Skip("kernel benchmark: skipped in -short mode")
-	}
-	if err := netlab.Probe(); err != nil {
-		b.Skipf("kernel benchmark: %v", err)
-	}
-	ns, err := netlab.NewForTest(b).AddNS("bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := xtables.New(v, backends.IPv4, ns.Path()); err != nil {
+	ns := kernelNS(b, "kernel benchmark", "bench")
+	if _, err := xtables.New(v, backends.IPv4, ns); err != nil {
 		b.Skipf("kernel benchmark: iptables %s: %v", v, err)
 	}
-	return ns.Path()
+	return ns
 }
 
 func kernelBenchBackend(b *testing.B, v xtables.Variant, netns string) *Backend {

@@ -70,6 +70,24 @@ func kernelCluster(t *testing.T, v xtables.Variant) *netlab.Cluster {
 	return c
 }
 
+// kernelNS returns the path of a fresh network namespace named name, or
+// skips tb, saying what it is ("kernel test", "kernel benchmark"), in
+// -short mode or where netlab cannot make one.
+func kernelNS(tb testing.TB, what, name string) string {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skipf("%s: skipped in -short mode", what)
+	}
+	if err := netlab.Probe(); err != nil {
+		tb.Skipf("%s: %v", what, err)
+	}
+	ns, err := netlab.NewForTest(tb).AddNS(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ns.Path()
+}
+
 // nodeBackend returns a Backend programming node's namespace with v.
 func nodeBackend(t *testing.T, n *netlab.Node, v xtables.Variant, family backends.Family) *Backend {
 	t.Helper()
