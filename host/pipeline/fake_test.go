@@ -21,6 +21,7 @@ import (
 //	spin   the whole call blocks until its deadline (timeout, as the
 //	       runtime's per-call limit) and fails with ReasonTimeout
 //	trap   the whole call fails at once with ReasonTrap
+//	host-panic  the call panics, as a fault of the host's own code would
 //	error  the port gets an error record
 //	every-endpoint  (traffic-policy) every set holds every endpoint
 //
@@ -84,6 +85,8 @@ func (f *fake) Call(ctx context.Context, stage abi.Stage, input, dst []byte) ([]
 			return dst, &runtime.CallError{Module: "fake", Stage: stage, Reason: runtime.ReasonTimeout, Err: cctx.Err()}
 		case "trap":
 			return dst, &runtime.CallError{Module: "fake", Stage: stage, Reason: runtime.ReasonTrap, Err: errors.New("unreachable")}
+		case "host-panic":
+			panic("index out of range")
 		case "error":
 			w.Error("declined")
 			continue

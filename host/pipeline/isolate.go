@@ -168,12 +168,12 @@ func (is *isolation) do(w *worker, t task) []task {
 		is.notIsolated(t.idx, t.cause)
 		return nil
 	}
-	d, err := is.p.call(is.ctx, w, is.mod, is.stage, is.node, is.sps, t.idx, is.decisions, is.errs, t.chunk)
+	d, err := is.call(w, t)
 	if runtime.ReasonOf(err) == runtime.ReasonInstantiate && is.ctx.Err() == nil {
 		// No instance ran the ports: a fresh one may start (the last
 		// may have run out of time on a loaded machine).
 		is.charge(d)
-		d, err = is.p.call(is.ctx, w, is.mod, is.stage, is.node, is.sps, t.idx, is.decisions, is.errs, t.chunk)
+		d, err = is.call(w, t)
 	}
 	if err == nil {
 		is.set(t.idx, outCalled, nil)
@@ -191,6 +191,18 @@ func (is *isolation) do(w *worker, t task) []task {
 		return split(t.idx, err)
 	}
 	return nil
+}
+
+// call makes t's call, with a panic anywhere on its path (the module's
+// runtime, the output's decoding) turned into a failed call of t's ports:
+// it runs on a goroutine of its own, where a panic would end the process.
+func (is *isolation) call(w *worker, t task) (d time.Duration, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &runtime.CallError{Module: nameOf(is.mod), Stage: is.stage, Reason: runtime.ReasonTrap, Err: fmt.Errorf("wasp recovered from a panic on the call path: %v", p)}
+		}
+	}()
+	return is.p.call(is.ctx, w, is.mod, is.stage, is.node, is.sps, t.idx, is.decisions, is.errs, t.chunk)
 }
 
 // set records the outcome of the ports idx, and their error.

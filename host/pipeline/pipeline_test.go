@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -251,6 +252,30 @@ func TestContainment(t *testing.T) {
 					if len(r.Cluster) != 1 {
 						t.Errorf("round %d port %d: cluster %v: every port must keep its endpoint", round, i, r.Cluster)
 					}
+				}
+			}
+		})
+	}
+}
+
+// TestContainmentHostPanic: a panic on the call path, on whichever of
+// the isolation's goroutines makes the call, fails only the ports of that
+// call, which are then told apart as for any failed call; the process
+// lives on.
+func TestContainmentHostPanic(t *testing.T) {
+	for _, instances := range []int{1, 4} {
+		t.Run(fmt.Sprint(instances, " instances"), func(t *testing.T) {
+			var opts pipeline.Options
+			opts.Modules[abi.StageTopology] = &fake{instances: instances}
+			p := pipeline.New(opts)
+			bad := map[int]string{5: "host-panic", 30: "host-panic"}
+			res := p.Run(context.Background(), abi.Node{Name: "node-a"}, behaving(40, 1, bad))
+			for i, r := range res {
+				switch _, isBad := bad[i]; {
+				case isBad && (r.Source != pipeline.SourceBuiltin || !strings.Contains(fmt.Sprint(r.Err), "panic")):
+					t.Errorf("port %d: source %s, error %v; want %s and the panic named", i, r.Source, r.Err, pipeline.SourceBuiltin)
+				case !isBad && r.Source != pipeline.SourceModules:
+					t.Errorf("port %d: good port affected: %s: %v", i, r.Source, r.Err)
 				}
 			}
 		})

@@ -97,6 +97,16 @@ var ErrInvalidModule = errors.New("invalid module")
 // export wasp_configure).
 var ErrConfigRejected = errors.New("configuration rejected")
 
+// errPoolFull is wrapped by the error of an instance that could not be
+// created because the module's other instances hold its memory pool: a
+// call that needed it fails with ReasonMemory.
+var errPoolFull = errors.New("module memory pool full")
+
+// errRecovered is wrapped by the error of a call or an instantiation
+// during which wasp recovered from a panic, so that no module can take the
+// process down through a fault of the runtime's.
+var errRecovered = errors.New("recovered from a panic")
+
 // classified is err, which errors.Is also finds to be class.
 type classified struct{ err, class error }
 

@@ -47,10 +47,18 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		WithStartFunctions("_initialize").
 		WithStderr(stderr).
 		WithStdout(stderr)
+	// The instance's minimum is reserved first: wazero panics when an
+	// allocator cannot give a new memory its minimum.
+	if !m.memory.reserve(m.minMemory) {
+		return nil, classified{fmt.Errorf("instantiate: no room for a new instance's %d MiB of linear memory: the module's instances hold %d MiB of its %d MiB pool",
+			m.minMemory>>20, m.memory.inUse()>>20, m.memory.limit>>20), errPoolFull}
+	}
+	res := &reservation{pool: m.memory, bytes: m.minMemory}
 	ictx, cancel := context.WithTimeout(ctx, m.limits.InitTimeout)
 	defer cancel()
-	ictx = experimental.WithMemoryAllocator(ictx, m.memory)
-	mod, err := m.engine.InstantiateModule(ictx, m.compiled, cfg)
+	ictx = experimental.WithMemoryAllocator(ictx, res)
+	mod, err := instantiate(ictx, m.engine, m.compiled, cfg)
+	res.cancel(err != nil)
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w%s", err, stderr.suffix())
 	}
@@ -78,6 +86,18 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	}
 	in.timeout = m.limits.Timeout // configured under InitTimeout; calls get Timeout
 	return in, nil
+}
+
+// instantiate is e.InstantiateModule, with a panic turned into an error:
+// whatever a module makes wazero do while creating an instance, it must
+// not take the process down.
+func instantiate(ctx context.Context, e wazero.Runtime, c wazero.CompiledModule, cfg wazero.ModuleConfig) (mod api.Module, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			mod, err = nil, fmt.Errorf("%w: %v", errRecovered, p)
+		}
+	}()
+	return e.InstantiateModule(ctx, c, cfg)
 }
 
 // call writes input into the guest, runs the stage and copies the output.
@@ -392,6 +412,26 @@ func yield(ctx context.Context, mod api.Module, _ []uint64) {
 	// watchdog and no state.
 	if g, ok := mod.ExportedGlobal(wasmbin.BudgetGlobal).(api.MutableGlobal); ok {
 		g.Set(yieldInterval)
+	}
+}
+
+// checkDeadline stops the calling guest, as yield does, if its call is
+// past its deadline or its context is done; otherwise it returns. Host
+// functions whose work depends on their arguments call it before (and,
+// for long work, between parts of) that work, so that a guest cannot
+// outrun its deadline inside the host.
+func checkDeadline(ctx context.Context, mod api.Module) {
+	if ctx.Err() != nil {
+		panic(fmt.Errorf("%w: %w", errInterrupted, context.Cause(ctx)))
+	}
+	if v, ok := watchdogs.Load(mod); ok {
+		st := v.(*callState)
+		st.mu.Lock()
+		expired := !st.ended && st.expired(monotonic())
+		st.mu.Unlock()
+		if expired {
+			panic(fmt.Errorf("%w: %w", errInterrupted, context.DeadlineExceeded))
+		}
 	}
 }
 

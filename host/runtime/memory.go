@@ -22,8 +22,6 @@ type memoryPool struct {
 	refused atomic.Uint64
 }
 
-var _ experimental.MemoryAllocator = (*memoryPool)(nil)
-
 // reserve accounts for n more bytes, or reports that the pool's cap does
 // not allow them.
 func (p *memoryPool) reserve(n uint64) bool {
@@ -41,25 +39,71 @@ func (p *memoryPool) reserve(n uint64) bool {
 
 func (p *memoryPool) release(n uint64) { p.used.Add(-n) }
 
+// inUse returns the bytes the pool's memories hold.
+func (p *memoryPool) inUse() uint64 { return p.used.Load() }
+
+// reservation is the allocator of one new instance: its pool, with the
+// instance's declared minimum already reserved in it (newInstance), so
+// that wazero's first request, for that minimum, cannot fail. wazero
+// panics, outside any recover, when the allocator cannot give a new
+// memory its minimum; a reservation turns that into an error returned
+// before instantiating. A reservation the instantiation did not take
+// (it failed before creating the memory) is given back with cancel.
+type reservation struct {
+	pool  *memoryPool
+	bytes uint64
+	mem   experimental.LinearMemory // the memory Allocate returned, if any
+}
+
+var _ experimental.MemoryAllocator = (*reservation)(nil)
+
+// Allocate gives the instance its memory, holding the reserved bytes.
+func (r *reservation) Allocate(cap, max uint64) experimental.LinearMemory {
+	if r.mem != nil {
+		// wasp's modules have one memory: a second one gets no
+		// reservation, and its minimum must be reserved as it grows.
+		return r.pool.allocate(cap, max, 0)
+	}
+	r.mem = r.pool.allocate(cap, max, r.bytes)
+	r.bytes = 0
+	return r.mem
+}
+
+// cancel releases what no memory took, and frees the memory if the
+// instantiation failed after creating it.
+func (r *reservation) cancel(failed bool) {
+	r.pool.release(r.bytes)
+	r.bytes = 0
+	if failed && r.mem != nil {
+		r.mem.Free()
+	}
+}
+
 // heapMemory is a linear memory on the Go heap, for platforms without
 // mappings: it grows by copying, like wazero's own.
 type heapMemory struct {
 	pool *memoryPool
 	buf  []byte
+	// accounted is the bytes reserved in the pool: at least len(buf).
+	accounted uint64
 }
 
 func (m *heapMemory) Reallocate(size uint64) []byte {
 	if size <= uint64(len(m.buf)) {
 		return m.buf[:size]
 	}
-	if !m.pool.reserve(size - uint64(len(m.buf))) {
-		return nil
+	if size > m.accounted {
+		if !m.pool.reserve(size - m.accounted) {
+			return nil
+		}
+		m.accounted = size
 	}
 	m.buf = append(m.buf, make([]byte, size-uint64(len(m.buf)))...)
 	return m.buf
 }
 
+// Free releases the memory; it may be called more than once.
 func (m *heapMemory) Free() {
-	m.pool.release(uint64(len(m.buf)))
-	m.buf = nil
+	m.pool.release(m.accounted)
+	m.buf, m.accounted = nil, 0
 }

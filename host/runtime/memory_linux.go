@@ -6,18 +6,19 @@ import (
 	"github.com/tetratelabs/wazero/experimental"
 )
 
-// Allocate reserves a mapping of max bytes (the instance's cap): the
-// kernel backs a page only when the guest first touches it.
-func (p *memoryPool) Allocate(_, max uint64) experimental.LinearMemory {
+// allocate reserves a mapping of max bytes (the instance's cap): the
+// kernel backs a page only when the guest first touches it. reserved
+// bytes are already accounted in the pool, and the memory holds them.
+func (p *memoryPool) allocate(_, max, reserved uint64) experimental.LinearMemory {
 	if max == 0 {
 		max = pageSize
 	}
 	buf, err := unix.Mmap(-1, 0, int(max), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
 		// No address space left for a mapping: fall back to the heap.
-		return &heapMemory{pool: p}
+		return &heapMemory{pool: p, accounted: reserved}
 	}
-	return &mappedMemory{pool: p, buf: buf}
+	return &mappedMemory{pool: p, buf: buf, size: reserved}
 }
 
 // mappedMemory is a linear memory in a mapping reserved at its cap, so it
@@ -25,7 +26,7 @@ func (p *memoryPool) Allocate(_, max uint64) experimental.LinearMemory {
 type mappedMemory struct {
 	pool *memoryPool
 	buf  []byte // the whole mapping
-	size uint64 // bytes in use
+	size uint64 // bytes reserved in the pool: at least those in use
 }
 
 func (m *mappedMemory) Reallocate(size uint64) []byte {
@@ -41,6 +42,7 @@ func (m *mappedMemory) Reallocate(size uint64) []byte {
 	return m.buf[:size:size]
 }
 
+// Free unmaps the memory; it may be called more than once.
 func (m *mappedMemory) Free() {
 	if m.buf == nil {
 		return

@@ -4,7 +4,9 @@ package runtime
 
 import "github.com/tetratelabs/wazero/experimental"
 
-// Allocate returns a memory on the Go heap.
-func (p *memoryPool) Allocate(_, _ uint64) experimental.LinearMemory {
-	return &heapMemory{pool: p}
+
+// allocate returns a memory on the Go heap, holding reserved bytes
+// already accounted in the pool.
+func (p *memoryPool) allocate(_, _, reserved uint64) experimental.LinearMemory {
+	return &heapMemory{pool: p, accounted: reserved}
 }

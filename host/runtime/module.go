@@ -103,7 +103,11 @@ type Module struct {
 	limits   Limits
 
 	memory *memoryPool
-	tokens chan struct{} // one per instance the pool may hold
+	// minMemory is the linear memory an instance starts with, in bytes:
+	// the module's declared minimum, reserved in memory before each
+	// instantiation.
+	minMemory uint64
+	tokens    chan struct{} // one per instance the pool may hold
 	mu     sync.Mutex
 	idle   []*instance
 	closed bool
@@ -188,13 +192,17 @@ func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Lim
 	if err := checkSignatures(compiled, meta); err != nil {
 		return nil, fmt.Errorf("module %q: %w: %w", name, ErrInvalidModule, err)
 	}
+	minMemory, err := checkMemoryMinimum(compiled, limits)
+	if err != nil {
+		return nil, fmt.Errorf("module %q: %w: %w", name, ErrInvalidModule, err)
+	}
 	if _, ok := compiled.ExportedFunctions()[abi.ConfigureExport]; !ok && !noConfig(config) {
 		return nil, classified{fmt.Errorf("module %q: has configuration but does not export %s", name, abi.ConfigureExport), ErrConfigRejected}
 	}
 	m := &Module{
 		Name: name, Digest: digest, Metadata: meta, Config: config,
 		rt: r, engine: engine, compiled: compiled, limits: limits,
-		memory: &memoryPool{limit: limits.PoolMemoryBytes},
+		memory: &memoryPool{limit: limits.PoolMemoryBytes}, minMemory: minMemory,
 		tokens: make(chan struct{}, limits.Instances),
 	}
 	for range limits.Instances {
@@ -292,6 +300,27 @@ func Inspect(wasm []byte) (*metadata.Metadata, error) {
 	return meta, nil
 }
 
+// checkMemoryMinimum returns the linear memory, in bytes, that every
+// instance of c starts with (its memory's declared minimum), and refuses
+// a minimum that the module's memory pool could not give each of its
+// instances at once: a pool that ran out while creating an instance
+// would leave it without the memory it declares.
+func checkMemoryMinimum(c wazero.CompiledModule, l Limits) (uint64, error) {
+	mem, ok := c.ExportedMemories()["memory"]
+	if !ok {
+		return 0, errors.New(`export "memory" is not a memory`)
+	}
+	min := uint64(mem.Min()) * pageSize
+	if min > l.MemoryBytes {
+		return 0, fmt.Errorf("memory minimum of %d pages (%d MiB) is over the memory cap of %d MiB", mem.Min(), min>>20, l.MemoryBytes>>20)
+	}
+	if need := min * uint64(l.Instances); need > l.PoolMemoryBytes {
+		return 0, fmt.Errorf("memory minimum of %d pages (%d MiB) times %d instances is %d MiB, over the module's memory pool of %d MiB: lower the minimum, or raise the memory limit",
+			mem.Min(), min>>20, l.Instances, need>>20, l.PoolMemoryBytes>>20)
+	}
+	return min, nil
+}
+
 func checkSignatures(c wazero.CompiledModule, meta *metadata.Metadata) error {
 	fns := c.ExportedFunctions()
 	// names renders value types as the text format writes them: (i32, i64).
@@ -352,16 +381,32 @@ func (m *Module) Call(ctx context.Context, stage abi.Stage, input, dst []byte) (
 	}
 	in, err := m.acquire(ctx)
 	if err != nil {
-		return dst, &CallError{Module: m.Name, Stage: stage, Reason: ReasonInstantiate, Err: err}
+		reason := ReasonInstantiate
+		if errors.Is(err, errPoolFull) {
+			reason = ReasonMemory
+		}
+		return dst, &CallError{Module: m.Name, Stage: stage, Reason: reason, Err: err}
 	}
 	m.calls.Add(1)
-	out, cerr := in.call(ctx, stage, input, dst)
+	out, cerr := m.callRecovering(ctx, in, stage, input, dst)
 	m.release(in, cerr != nil)
 	if cerr != nil {
 		cerr.Module = m.Name
 		return dst, cerr
 	}
 	return out, nil
+}
+
+// callRecovering is in.call, with a panic that escapes wazero's own
+// recovery (a fault of the host's, not the guest's) turned into a failed
+// call, whose instance is then discarded.
+func (m *Module) callRecovering(ctx context.Context, in *instance, stage abi.Stage, input, dst []byte) (out []byte, cerr *CallError) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, cerr = dst, in.failure(stage, ReasonTrap, fmt.Errorf("%w: %v", errRecovered, p))
+		}
+	}()
+	return in.call(ctx, stage, input, dst)
 }
 
 // String returns the module's name.

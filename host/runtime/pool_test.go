@@ -1,0 +1,148 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wasp-proxy/wasp/abi"
+	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/host/runtime/internal/hostile"
+)
+
+// The memory pool's holes: wazero panics, on whatever goroutine creates
+// the instance and outside any recover, when the allocator cannot give a
+// new memory its declared minimum. A module whose minimum the pool cannot
+// give every instance is refused at load, and a new instance's minimum is
+// reserved before it is created.
+
+// TestPoolMinimumAboveShare: a module whose declared minimum, times its
+// instances, is over the pool. It once loaded (its first instance fits)
+// and crashed the process when a second call created a second instance.
+func TestPoolMinimumAboveShare(t *testing.T) {
+	r := newRuntime(t, runtime.Config{})
+	const mib = 1 << 20
+	tests := []struct {
+		name    string
+		pages   int // the declared minimum, 64 KiB pages
+		limits  runtime.Limits
+		refused bool
+	}{
+		// Just over 3/4 of the 256 MiB cap: two instances need more
+		// than the 384 MiB pool (the 214-byte module of the probe).
+		{"over three quarters of the cap, two instances", 193 * mib >> 16, runtime.Limits{Instances: 2}, true},
+		{"over three quarters of the cap, one instance", 193 * mib >> 16, runtime.Limits{Instances: 1}, false},
+		{"the pool's share exactly", 96 * mib >> 16, runtime.Limits{Instances: 4}, false},
+		{"a page over the pool's share", 96*mib>>16 + 1, runtime.Limits{Instances: 4}, true},
+		{"over the cap", 257 * mib >> 16, runtime.Limits{Instances: 1}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := r.Load(context.Background(), "min", hostile.Guest{Pages: tc.pages}.Module(), tc.limits)
+			if tc.refused {
+				if !errors.Is(err, runtime.ErrInvalidModule) || !strings.Contains(err.Error(), "min") {
+					t.Fatalf("Load: %v, want ErrInvalidModule naming the minimum", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			// Every instance of the pool at once.
+			callAll(t, m, m.Instances(), func(err error) {
+				if runtime.ReasonOf(err) != runtime.ReasonNoOutput {
+					t.Errorf("call: %v, want reason %s (the guest returns nothing)", err, runtime.ReasonNoOutput)
+				}
+			})
+		})
+	}
+}
+
+// TestPoolConcurrentGrowth: instances that grow their memory in
+// concurrent calls until the pool is full, so that it has no room for a
+// new instance's minimum. That once crashed the process; now the call
+// that needed the new instance fails with ReasonMemory, and the module
+// works again once the other calls end.
+func TestPoolConcurrentGrowth(t *testing.T) {
+	var enc abi.Encoder
+	short, err := enc.Encode(nil, batch(abi.StageTopology, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := enc.Encode(nil, batch(abi.StageTopology, "a", "b", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stage grows memory by a page until refused; then, for a long
+	// input, it spins until its deadline, and for a short one it returns
+	// one byte of output, which Call hands back as it is.
+	stage := []byte{
+		0x03, 0x40, // loop
+		0x41, 0x01, 0x40, 0x00, // i32.const 1; memory.grow
+		0x41, 0x7f, 0x47, 0x0d, 0x00, // i32.const -1; i32.ne; br_if 0
+		0x0b,       // end
+		0x20, 0x01, // local.get 1 (the input's length)
+		0x41}
+	stage = binary.AppendUvarint(stage, uint64(len(short))) // LEB128
+	stage = append(stage,
+		0x4b, 0x04, 0x40, // i32.gt_u; if
+		0x03, 0x40, 0x0c, 0x00, 0x0b, // loop br 0 end
+		0x0b,             // end
+		0x42, 0x01, 0x0b, // i64.const 1 (ptr 0, len 1); end
+	)
+	for _, instances := range []int{4, 16} {
+		t.Run(fmt.Sprint(instances, " instances"), func(t *testing.T) {
+			r := newRuntime(t, runtime.Config{})
+			limits := runtime.Limits{Instances: instances, MemoryBytes: 64 << 20, PoolMemoryBytes: uint64(instances) * 8 << 20, Timeout: time.Second}
+			m, err := r.Load(context.Background(), "grow", hostile.Guest{Pages: 16, Stage: stage}.Module(), limits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			// All instances but one fill the pool and spin.
+			var wg sync.WaitGroup
+			for range instances - 1 {
+				wg.Go(func() {
+					_, err := m.Call(context.Background(), abi.StageTopology, long, nil)
+					if r := runtime.ReasonOf(err); r != runtime.ReasonTimeout && r != runtime.ReasonMemory {
+						t.Errorf("spinning call: %v, want reason %s (or %s if refused an instance)", err, runtime.ReasonTimeout, runtime.ReasonMemory)
+					}
+				})
+			}
+			time.Sleep(200 * time.Millisecond) // sequencing only: the spinners have filled the pool
+			_, err = m.Call(context.Background(), abi.StageTopology, short, nil)
+			if runtime.ReasonOf(err) != runtime.ReasonMemory || !strings.Contains(err.Error(), "no room for a new instance") {
+				t.Errorf("call needing a new instance while the pool is full: %v, want reason %s", err, runtime.ReasonMemory)
+			}
+			wg.Wait()
+			if _, err := m.Call(context.Background(), abi.StageTopology, short, nil); err != nil {
+				t.Errorf("call after the others ended: %v", err)
+			}
+		})
+	}
+}
+
+// callAll calls m's topology stage n times at once and hands each error
+// to check.
+func callAll(t *testing.T, m *runtime.Module, n int, check func(error)) {
+	t.Helper()
+	var enc abi.Encoder
+	in, err := enc.Encode(nil, batch(abi.StageTopology, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			_, err := m.Call(context.Background(), abi.StageTopology, in, nil)
+			check(err)
+		})
+	}
+	wg.Wait()
+}
