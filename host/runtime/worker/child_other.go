@@ -19,6 +19,19 @@ func prepare() {}
 // setDataLimit cannot limit anything here.
 func setDataLimit(uint64) error { return errors.ErrUnsupported }
 
+// growPipe does nothing here.
+func growPipe(*os.File) {}
+
+// writeVec writes the buffers of vec to f, one after the other.
+func writeVec(f *os.File, vec [][]byte) error {
+	for _, b := range vec {
+		if _, err := f.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // selfExecutable is the running executable.
 func selfExecutable() (string, error) { return os.Executable() }
 

@@ -194,6 +194,10 @@ func startProcess(l *limits) (*proc, error) {
 		reqW.Close()
 		return nil, err
 	}
+	// A batch of pipeline.Options.MaxChunk ports, and its output, in
+	// one go rather than in 64 KiB pieces, each a wake-up of the reader.
+	growPipe(reqW)
+	growPipe(repW)
 	p := &proc{w: frameWriter{w: reqW}, reqW: reqW, rf: repR, r: bufio.NewReaderSize(repR, 64<<10), limits: l, readerDone: make(chan struct{}), dead: make(chan struct{})}
 	cmd := exec.Command(exe)
 	cmd.Args = []string{filepath.Base(os.Args[0]) + "-worker"} // what ps shows
