@@ -326,6 +326,13 @@ func newRunConfig(c *v1alpha1.WaspConfiguration, f *runFlags, hostname func() (s
 	}
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch f.moduleExecution {
+	case moduleExecutionWorker, "": // "": a runFlags not from the command line
+	case moduleExecutionInProcess:
+		rc.modulesInProcess = true
+	default:
+		bad("--module-execution: %q is not %q or %q", f.moduleExecution, moduleExecutionWorker, moduleExecutionInProcess)
+	}
 	if rc.nodeName == "" {
 		h, err := hostname()
 		if err != nil {

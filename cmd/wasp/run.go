@@ -108,6 +108,7 @@ type runFlags struct {
 	moduleFileDirs               []string // --module-file-directory
 	moduleIdentity, moduleIssuer string
 	cacheDir                     string
+	moduleExecution              string
 	proxyMode                    string
 	oomScoreAdj                  int32
 	conntrackMaxPerCore          int32
@@ -151,6 +152,7 @@ func (f *runFlags) add(cmd *cobra.Command) {
 	fs.StringVar(&f.moduleIdentity, "module-certificate-identity", "", "keyless: the identity (email or URI) whose signature every oci:// module must carry; with --module-certificate-oidc-issuer and --module-trusted-root")
 	fs.StringVar(&f.moduleIssuer, "module-certificate-oidc-issuer", "", "keyless: that identity's OIDC issuer")
 	fs.StringVar(&f.cacheDir, "cache-dir", defaultCacheDir(), `where compiled modules are cached across runs ("": no cache)`)
+	fs.StringVar(&f.moduleExecution, "module-execution", moduleExecutionWorker, `where modules that are not builtin run: "worker", a process of each module's own, which nothing the module does can stall or crash wasp through; or "in-process", faster and without that guarantee (docs/reliability.md)`)
 	fs.StringVar(&f.proxyMode, "proxy-mode", string(v1alpha1.DefaultMode), "the dataplane: nftables or iptables (with --config, the file's mode)")
 	fs.Int32Var(&f.oomScoreAdj, "oom-score-adj", v1alpha1.DefaultOOMScoreAdj, "the oom_score_adj of the wasp process, in [-1000, 1000]")
 	fs.Int32Var(&f.conntrackMaxPerCore, "conntrack-max-per-core", v1alpha1.DefaultConntrackMaxPerCore, "nf_conntrack_max per CPU core (0: leave the limit as it is, and ignore --conntrack-min)")
@@ -197,8 +199,16 @@ type runConfig struct {
 	specs                []chain.Spec
 	moduleSignatures     []oci.SignaturePolicy // node-wide, for every oci:// module
 	cacheDir             string
-	cleanup, initOnly    bool
+	// modulesInProcess: --module-execution=in-process.
+	modulesInProcess  bool
+	cleanup, initOnly bool
 }
+
+// The values of --module-execution.
+const (
+	moduleExecutionWorker    = "worker"
+	moduleExecutionInProcess = "in-process"
+)
 
 // parseIPFamilies parses --ip-families, sorted, without duplicates.
 func parseIPFamilies(vals []string) ([]backends.Family, error) {
@@ -502,12 +512,14 @@ func runProxy(ctx context.Context, e env, c *runConfig, mode dataplane.Mode) err
 	if err != nil {
 		return err
 	}
-	rt, err := runtime.New(runtime.Config{CacheDir: c.cacheDir, Compiled: mx.ModuleCompiled, IsolateCompile: true})
+	rtConfig := runtime.Config{CacheDir: c.cacheDir, Compiled: mx.ModuleCompiled, IsolateCompile: true}
+	rt, err := runtime.New(rtConfig)
 	if err != nil && c.cacheDir != "" {
 		// A cache that cannot be used (it is not private to wasp, or not
 		// writable) costs compile time, not the node's Services.
 		klog.FromContext(ctx).Error(err, "Not caching compiled modules", "cacheDir", c.cacheDir)
-		rt, err = runtime.New(runtime.Config{Compiled: mx.ModuleCompiled, IsolateCompile: true})
+		rtConfig.CacheDir = ""
+		rt, err = runtime.New(rtConfig)
 	}
 	if err != nil {
 		return err
@@ -515,7 +527,13 @@ func runProxy(ctx context.Context, e env, c *runConfig, mode dataplane.Mode) err
 	defer rt.Close(context.WithoutCancel(ctx))
 	// The stages left to their builtin module run it natively: the same
 	// decisions without its machine code and instances (RATIONALE.md).
-	ch, err := reload.LoadStart(ctx, chain.Loader{Runtime: rt, Observer: mx.Modules(), NativeBuiltins: true}, c.config, c.specs)
+	// The others run in worker processes, unless told otherwise
+	// (docs/reliability.md, "Where module code runs").
+	loader := chain.Loader{Runtime: rt, Observer: mx.Modules(), NativeBuiltins: true}
+	if !c.modulesInProcess {
+		loader.Workers = &rtConfig
+	}
+	ch, err := reload.LoadStart(ctx, loader, c.config, c.specs)
 	if err != nil {
 		if ctx.Err() != nil {
 			// SIGTERM while modules were compiling or instantiating: the
@@ -526,7 +544,7 @@ func runProxy(ctx context.Context, e env, c *runConfig, mode dataplane.Mode) err
 		return err
 	}
 	rl := reload.New(rt, c.specs, ch)
-	rl.Signatures, rl.FileDirs, rl.NativeBuiltins = c.moduleSignatures, c.config.ModuleFileDirectories, true
+	rl.Signatures, rl.FileDirs, rl.NativeBuiltins, rl.Workers = c.moduleSignatures, c.config.ModuleFileDirectories, true, loader.Workers
 	defer rl.Close()
 
 	mx.SetChain(ch)

@@ -20,6 +20,7 @@ import (
 	"github.com/wasp-proxy/wasp/host/oci"
 	"github.com/wasp-proxy/wasp/host/pipeline"
 	"github.com/wasp-proxy/wasp/host/runtime"
+	"github.com/wasp-proxy/wasp/host/runtime/worker"
 	"github.com/wasp-proxy/wasp/internal/localfile"
 	"github.com/wasp-proxy/wasp/modules"
 )
@@ -120,9 +121,13 @@ func OCICacheDir(cacheDir string) string {
 
 // Chain is a loaded module per stage.
 type Chain struct {
-	// Modules holds each stage's module; nil for a stage that runs its
-	// builtin module natively (Loader.NativeBuiltins, Native).
+	// Modules holds each stage's module that runs in this process; nil
+	// for a stage that runs its builtin module natively
+	// (Loader.NativeBuiltins, Native) or its module in a worker.
 	Modules [len(abi.Stages) + 1]*runtime.Module
+	// Workers holds each stage's module that runs in a worker process
+	// (Loader.Workers); nil for the other stages.
+	Workers [len(abi.Stages) + 1]*worker.Module
 	Sources [len(abi.Stages) + 1]string
 	// Policies are the stages' failure policies, for pipeline.Options:
 	// their specs', KeepLastGood for a stage without one.
@@ -140,17 +145,25 @@ type Chain struct {
 }
 
 // Native reports whether stage runs its builtin module natively
-// (Loader.NativeBuiltins): Modules[stage] is nil. A stage of a Chain
-// Load did not fill has neither.
+// (Loader.NativeBuiltins): Modules[stage] and Workers[stage] are nil. A
+// stage of a Chain Load did not fill has none of them.
 func (c *Chain) Native(stage abi.Stage) bool {
-	return c.Modules[stage] == nil && c.builtin[stage].digest != ""
+	return c.Modules[stage] == nil && c.Workers[stage] == nil && c.builtin[stage].digest != ""
 }
 
+// InWorker reports whether stage's module runs in a worker process
+// (Loader.Workers).
+func (c *Chain) InWorker(stage abi.Stage) bool { return c.Workers[stage] != nil }
+
 // Digest returns "sha256:<hex>" of stage's module: that of the embedded
-// builtin module for a stage that runs it natively.
+// builtin module for a stage that runs it natively, "" for a stage Load
+// did not fill.
 func (c *Chain) Digest(stage abi.Stage) string {
 	if m := c.Modules[stage]; m != nil {
 		return m.Digest
+	}
+	if w := c.Workers[stage]; w != nil {
+		return w.Digest
 	}
 	return c.builtin[stage].digest
 }
@@ -159,6 +172,9 @@ func (c *Chain) Digest(stage abi.Stage) string {
 func (c *Chain) Metadata(stage abi.Stage) *metadata.Metadata {
 	if m := c.Modules[stage]; m != nil {
 		return m.Metadata
+	}
+	if w := c.Workers[stage]; w != nil {
+		return w.Metadata
 	}
 	return c.builtin[stage].meta
 }
@@ -169,6 +185,9 @@ func (c *Chain) Config(stage abi.Stage) []byte {
 	if m := c.Modules[stage]; m != nil {
 		return m.Config
 	}
+	if w := c.Workers[stage]; w != nil {
+		return w.Config
+	}
 	return nil
 }
 
@@ -177,6 +196,9 @@ func (c *Chain) Config(stage abi.Stage) []byte {
 func (c *Chain) Name(stage abi.Stage) string {
 	if m := c.Modules[stage]; m != nil {
 		return m.Name
+	}
+	if w := c.Workers[stage]; w != nil {
+		return w.Name
 	}
 	return c.Sources[stage]
 }
@@ -223,13 +245,17 @@ func (l Loader) Load(ctx context.Context, specs []Spec) (*Chain, error) {
 		}
 		stageSrc := src
 		stageSrc.OCI.Signatures = sigs[stage]
-		m, err := load(ctx, rt, stageSrc, c.Sources[stage], limits[stage], stage, runtime.WithConfig(config[stage]))
+		var err error
+		if l.Workers != nil {
+			c.Workers[stage], err = loadWorker(ctx, *l.Workers, stageSrc, c.Sources[stage], limits[stage], stage, config[stage])
+		} else {
+			c.Modules[stage], err = load(ctx, rt, stageSrc, c.Sources[stage], limits[stage], stage, runtime.WithConfig(config[stage]))
+		}
 		l.loaded(stage, err)
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("stage %s: %w", stage, err)
 		}
-		c.Modules[stage] = m
 	}
 	return c, nil
 }
@@ -266,6 +292,42 @@ func IsFile(source string) bool {
 
 // load reads, compiles and checks the module of one stage.
 func load(ctx context.Context, rt *runtime.Runtime, src Sources, source string, limits runtime.Limits, stage abi.Stage, opts ...runtime.LoadOption) (*runtime.Module, error) {
+	wasm, err := read(ctx, src, source)
+	if err != nil {
+		return nil, err
+	}
+	m, err := rt.Load(ctx, source, wasm, limits, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := implements(source, m.Metadata, stage); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// loadWorker reads the module of one stage and loads it in a worker
+// process, which compiles and checks it.
+func loadWorker(ctx context.Context, cfg runtime.Config, src Sources, source string, limits runtime.Limits, stage abi.Stage, config []byte) (*worker.Module, error) {
+	wasm, err := read(ctx, src, source)
+	if err != nil {
+		return nil, err
+	}
+	m, err := worker.Load(ctx, worker.Opts{Name: source, Wasm: wasm, Limits: limits, Config: config, Runtime: cfg})
+	if err != nil {
+		return nil, err
+	}
+	if err := implements(source, m.Metadata, stage); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// read reads the module of source, refusing a file when signatures are
+// required.
+func read(ctx context.Context, src Sources, source string) ([]byte, error) {
 	if len(src.OCI.Signatures) > 0 && IsFile(source) {
 		return nil, classified{fmt.Errorf("module %q: %w, and signatures are required (moduleSignatures or the module's signatures section): push it to a registry and sign it there", source, ErrUnsignedFile), errFetch}
 	}
@@ -273,33 +335,42 @@ func load(ctx context.Context, rt *runtime.Runtime, src Sources, source string, 
 	if err != nil {
 		return nil, classified{err, errFetch}
 	}
-	m, err := rt.Load(ctx, source, wasm, limits, opts...)
-	if err != nil {
-		return nil, err
+	return wasm, nil
+}
+
+// implements checks that the module of source, which declares meta,
+// implements stage.
+func implements(source string, meta *metadata.Metadata, stage abi.Stage) error {
+	if !meta.Implements(stage) {
+		return classified{fmt.Errorf("module %q (%s) implements %v, not %s", source, meta.Name, meta.Stages, stage), runtime.ErrInvalidModule}
 	}
-	if !m.Metadata.Implements(stage) {
-		m.Close()
-		return nil, classified{fmt.Errorf("module %q (%s) implements %v, not %s", source, m.Metadata.Name, m.Metadata.Stages, stage), runtime.ErrInvalidModule}
-	}
-	return m, nil
+	return nil
 }
 
 // PipelineModules returns the chain in the form pipeline.Options takes,
 // each module with its stage's relaxed guardrails (pipeline.Relax).
 func (c *Chain) PipelineModules() (out [len(abi.Stages) + 1]pipeline.Module) {
 	for _, s := range abi.Stages {
-		if c.Modules[s] != nil {
+		switch {
+		case c.Modules[s] != nil:
 			out[s] = pipeline.Relax(c.Modules[s], c.Guardrails[s])
+		case c.Workers[s] != nil:
+			out[s] = pipeline.Relax(c.Workers[s], c.Guardrails[s])
 		}
 	}
 	return out
 }
 
-// Close releases the modules.
+// Close releases the modules, and stops their workers.
 func (c *Chain) Close() {
 	for _, m := range c.Modules {
 		if m != nil {
 			m.Close()
+		}
+	}
+	for _, w := range c.Workers {
+		if w != nil {
+			w.Close()
 		}
 	}
 }

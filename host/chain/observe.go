@@ -24,6 +24,14 @@ type Loader struct {
 	// and whatever wants the builtin modules as Wasm (benchmarks of the
 	// chain, differential tests) leaves it unset.
 	NativeBuiltins bool
+	// Workers, if set, runs each module that does not run natively in a
+	// worker process of its own (package worker), whose runtime it
+	// configures, rather than in Runtime, so that no module code runs in
+	// this process: its Chain.Workers entry is set instead of its
+	// Chain.Modules one. Runtime then serves for its CacheDir only, which
+	// Workers should name too. Optional; wasp run sets it unless told to
+	// run modules in its own process.
+	Workers *runtime.Config
 }
 
 // Observer is told about module loads, for metrics. Its methods are

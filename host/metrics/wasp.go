@@ -158,7 +158,7 @@ func syncResult(ok bool) string {
 func (m *Metrics) SetChain(c *chain.Chain) {
 	m.moduleInfo.Reset()
 	for _, stage := range abi.Stages {
-		if c.Modules[stage] == nil && !c.Native(stage) {
+		if c.Digest(stage) == "" {
 			continue // not loaded
 		}
 		var name, version string

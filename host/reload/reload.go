@@ -81,6 +81,9 @@ type Reloader struct {
 	// NativeBuiltins is the loads' chain.Loader.NativeBuiltins: the
 	// stages left to their builtin module run it natively.
 	NativeBuiltins bool
+	// Workers is the loads' chain.Loader.Workers: the modules run in
+	// worker processes under this runtime configuration.
+	Workers *runtime.Config
 }
 
 // count reports a load's outcome to reloaded and loadFailed.
@@ -328,7 +331,7 @@ func (r *Reloader) apply(ctx context.Context, specs []chain.Spec, why string) (r
 			r.seen[path], _ = statFile(path)
 		}
 	}
-	next, err := chain.Loader{Runtime: r.rt, Observer: r.Observer, NativeBuiltins: r.NativeBuiltins}.Load(ctx, specs)
+	next, err := chain.Loader{Runtime: r.rt, Observer: r.Observer, NativeBuiltins: r.NativeBuiltins, Workers: r.Workers}.Load(ctx, specs)
 	if err != nil {
 		return nil, false, err
 	}
