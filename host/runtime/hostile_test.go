@@ -225,3 +225,60 @@ func TestSharedCacheDirRefused(t *testing.T) {
 	}
 	r.Close(context.Background())
 }
+
+// TestHostileBulkMemory: thousands of memory.fill or memory.copy of the
+// whole memory in code without a branch, each one instruction. Charged
+// one unit each, they once ran a call 70 s past its 200 ms deadline, and
+// the garbage collector's stop-the-world waited for them; now each part of
+// BulkChunk bytes is charged its size before it runs, and the call stops
+// at its deadline. Another module's calls run meanwhile.
+func TestHostileBulkMemory(t *testing.T) {
+	const size = 256 << 20
+	sizeLEB := []byte{0x80, 0x80, 0x80, 0x80, 0x01} // i32 268435456
+	fill := append([]byte{0x41, 0x00, 0x41, 0x00, 0x41}, sizeLEB...)
+	fill = append(fill, 0xfc, 0x0b, 0x00) // memory.fill (0, 0, 256 MiB)
+	cpy := append([]byte{0x41, 0x00, 0x41, 0x00, 0x41}, sizeLEB...)
+	cpy = append(cpy, 0xfc, 0x0a, 0x00, 0x00) // memory.copy (0, 0, 256 MiB)
+	r := newRuntime(t, runtime.Config{})
+	good, err := r.Load(context.Background(), "good", testModule(t, "misbehave"), runtime.Limits{Instances: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		op   []byte
+	}{{"memory.fill", fill}, {"memory.copy", cpy}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stage []byte
+			for range 4096 {
+				stage = append(stage, tc.op...)
+			}
+			stage = append(stage, 0x42, 0x00, 0x0b) // i64.const 0: no output
+			// A cap above the memory, so that the failure is not taken
+			// for one of memory.
+			limits := runtime.Limits{Timeout: 200 * time.Millisecond, Instances: 1, MemoryBytes: 2 * size}
+			m, err := r.Load(context.Background(), "bulk", hostile.Guest{Pages: size >> 16, Stage: stage}.Module(), limits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			done := make(chan error, 1)
+			start := time.Now()
+			go func() { _, err := call(t, m, batch(abi.StageTopology, "")); done <- err }()
+			// The other module answers while the hostile call runs.
+			if _, err := call(t, good, batch(abi.StageTopology, "")); err != nil {
+				t.Errorf("another module's call: %v", err)
+			}
+			select {
+			case err = <-done:
+			case <-time.After(30 * time.Second): // failure guard only
+				t.Fatal("still running 30s after a 200ms deadline")
+			}
+			t.Logf("the call returned after %v", time.Since(start).Round(time.Millisecond))
+			var ce *runtime.CallError
+			if !errors.As(err, &ce) || ce.Reason != runtime.ReasonTimeout {
+				t.Fatalf("call: %v, want a CallError with reason %s", err, runtime.ReasonTimeout)
+			}
+		})
+	}
+}

@@ -33,6 +33,8 @@ type funcInfo struct {
 	exposed uint32
 	// tail bounds the work from the function's last check to its return.
 	tail uint32
+	// bulk: the body uses memory.fill or memory.copy.
+	bulk bool
 }
 
 // costs are the per-module inputs of the body walker, set by the first
@@ -107,6 +109,11 @@ func scanBody(r *reader, f *funcInfo) error {
 			}
 			f.calls = append(f.calls, idx)
 			continue
+		}
+		if op == opPrefixMisc {
+			if sub, ok := r.peekU32(); ok && (sub == subMemoryFill || sub == subMemoryCopy) {
+				f.bulk = true
+			}
 		}
 		if err := r.instr(at, op); err != nil {
 			return err
@@ -429,6 +436,37 @@ func (w *walker) body() error {
 				w.check(r.off, int64(w.c.indirect)+1)
 			}
 			continue
+		case opPrefixMisc:
+			sub, ok := r.peekU32()
+			if !ok || w.ins.opts.loopsOnly {
+				break
+			}
+			if sub == subMemoryFill || sub == subMemoryCopy {
+				if err := r.bulkMemory(at, sub); err != nil {
+					return err
+				}
+				// A call to the helper that does it in parts, each
+				// charged its size (bulk.go).
+				if w.s.reachable() {
+					w.charge(at, bulkCallCost)
+				}
+				if w.emit {
+					p.copyTo(at)
+					p.dst = append(p.dst, opCall)
+					p.dst = appendULEB(p.dst, uint64(w.ins.helperIndex(sub == subMemoryCopy)))
+					p.last = r.off
+				}
+				continue
+			}
+			if c, ok := w.ins.bulkCost(sub); ok {
+				if err := r.instr(at, op); err != nil {
+					return err
+				}
+				if w.s.reachable() {
+					w.charge(at, c)
+				}
+				continue
+			}
 		case opRefFunc:
 			w.step(at)
 			var err error
@@ -576,6 +614,29 @@ func (w *walker) body() error {
 		}
 	}
 	return fmt.Errorf("missing end at offset %d", r.end)
+}
+
+// bulkMemory reads the sub-opcode and memory indices of a memory.fill or
+// memory.copy (sub) whose prefix at at was read. Both helpers work on
+// memory 0: wazero supports no other.
+func (r *reader) bulkMemory(at int, sub uint32) error {
+	if _, err := r.u32(); err != nil {
+		return err
+	}
+	n := 1
+	if sub == subMemoryCopy {
+		n = 2
+	}
+	for range n {
+		mem, err := r.u32()
+		if err != nil {
+			return err
+		}
+		if mem != 0 {
+			return fmt.Errorf("bulk memory instruction at offset %d: memory %d: multiple memories are not supported", at, mem)
+		}
+	}
+	return nil
 }
 
 // step inserts a check before the ordinary instruction at offset at if

@@ -71,6 +71,16 @@
 // the checks outside loops add 1 to 7 % to the number of checks run
 // (TestCallChecksAreRare); BenchmarkCallChecks measures the time.
 //
+// # Bulk instructions
+//
+// memory.fill and memory.copy do work in proportion to an operand, up to
+// the whole memory: Instrument replaces each with a call to a function it
+// appends, which does the same in parts of at most BulkChunk bytes, each
+// charged its size before it runs (bulk.go). table.fill, table.copy,
+// table.grow, table.init and memory.init are charged statically the most
+// they can do. So the work between two checks stays bounded, whatever the
+// memory's cap.
+//
 // # Tables
 //
 // A table lives in the host's memory, outside the linear memory cap: one

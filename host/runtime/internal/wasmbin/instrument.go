@@ -166,6 +166,17 @@ func instrument(wasm []byte, o options) (out []byte, err error) {
 			return nil, s.errorf("%w", err)
 		}
 	}
+	if s, ok := m.Section(SectionCode); ok {
+		// Callees first, and whether any body uses memory.fill or
+		// memory.copy, which the functions added after the module's
+		// own replace (bulk.go).
+		if ins.funcs, err = ins.scanCalls(s.payloadReader(wasm)); err != nil {
+			return nil, s.errorf("%w", err)
+		}
+		for _, f := range ins.funcs {
+			ins.bulk = ins.bulk || (f.bulk && !o.loopsOnly)
+		}
+	}
 	if err := ins.planTypes(types); err != nil {
 		s, _ := m.Section(SectionType)
 		return nil, s.errorf("%w", err)
@@ -240,10 +251,16 @@ type instrumenter struct {
 	// yield is the function index of the added import: the number of
 	// imported functions. Every function index from it on moves up by one.
 	yield uint32
-	// yieldType is the type index of the import; newType says whether
-	// the type section gets it appended.
-	yieldType uint32
-	newType   bool
+	// yieldType is the type index of the import, and bulkType that of
+	// the bulk helpers; newTypes are the types appended to the type
+	// section for them.
+	yieldType, bulkType uint32
+	newTypes            [][]byte
+	// funcs are the defined functions, from a first pass over the code.
+	funcs []funcInfo
+	// bulk says whether the module gets the memory.fill and memory.copy
+	// helpers (bulk.go), after its own functions.
+	bulk bool
 	// budget is the global index of the added global.
 	budget uint32
 	opts   options
@@ -252,24 +269,36 @@ type instrumenter struct {
 	tables uint32
 }
 
-// planTypes finds a () -> () type outside recursion groups in the type
-// section r, or plans to append one.
+// planTypes finds a () -> () type, and if the module gets the bulk
+// helpers an (i32, i32, i32) -> () type, outside recursion groups in the
+// type section r, or plans to append them.
 func (ins *instrumenter) planTypes(r reader) error {
-	found := false
+	foundYield, foundBulk := false, !ins.bulk
+	is := func(t []byte) bool { // t without its form byte
+		return r.off+len(t) <= r.end && string(r.b[r.off:r.off+len(t)]) == string(t)
+	}
 	n, err := r.funcTypes(func(idx uint64, grouped bool) error {
-		if !found && !grouped && r.off+2 <= r.end && r.b[r.off] == 0 && r.b[r.off+1] == 0 {
-			ins.yieldType, found = uint32(idx), true
+		if !foundYield && !grouped && is(yieldType[1:]) {
+			ins.yieldType, foundYield = uint32(idx), true
+		}
+		if !foundBulk && !grouped && is(bulkType[1:]) {
+			ins.bulkType, foundBulk = uint32(idx), true
 		}
 		return r.funcType()
 	})
 	if err != nil {
 		return err
 	}
-	if !found {
-		if n >= math.MaxUint32 {
-			return fmt.Errorf("too many types (%d)", n)
-		}
-		ins.yieldType, ins.newType = uint32(n), true
+	if n+2 >= math.MaxUint32 {
+		return fmt.Errorf("too many types (%d)", n)
+	}
+	if !foundYield {
+		ins.yieldType = uint32(n) + uint32(len(ins.newTypes))
+		ins.newTypes = append(ins.newTypes, yieldType)
+	}
+	if !foundBulk {
+		ins.bulkType = uint32(n) + uint32(len(ins.newTypes))
+		ins.newTypes = append(ins.newTypes, bulkType)
 	}
 	return nil
 }
@@ -307,10 +336,16 @@ func (ins *instrumenter) section(id SectionID, r reader) ([]byte, error) {
 	var err error
 	switch id {
 	case SectionType:
-		if !ins.newType {
+		if len(ins.newTypes) == 0 {
 			return nil, nil
 		}
-		err = p.appendToVector(yieldType)
+		err = p.appendToVector(ins.newTypes...)
+	case SectionFunction:
+		if !ins.bulk {
+			return nil, nil
+		}
+		t := appendULEB(nil, uint64(ins.bulkType))
+		err = p.appendToVector(t, t)
 	case SectionImport:
 		entry := appendULEB(nil, uint64(len(YieldModule)))
 		entry = append(entry, YieldModule...)
@@ -402,9 +437,9 @@ func (p *patcher) vector(minSize int, entry func() error) error {
 	return nil
 }
 
-// appendToVector appends the encoded entry to the vector that is the whole
-// payload, whose entries are copied undecoded.
-func (p *patcher) appendToVector(entry []byte) error {
+// appendToVector appends the encoded entries to the vector that is the
+// whole payload, whose entries are copied undecoded.
+func (p *patcher) appendToVector(entries ...[]byte) error {
 	n, err := p.r.u32()
 	if err != nil {
 		return err
@@ -412,8 +447,10 @@ func (p *patcher) appendToVector(entry []byte) error {
 	p.vec, p.count, p.last = true, n, p.r.off
 	p.copyTo(p.r.end)
 	p.r.off = p.r.end
-	p.dst = append(p.dst, entry...)
-	p.added = 1
+	for _, e := range entries {
+		p.dst = append(p.dst, e...)
+	}
+	p.added = uint32(len(entries))
 	return nil
 }
 
@@ -619,10 +656,7 @@ func (p *patcher) element() error {
 // to learn what a call to each function costs its caller; then in order,
 // to rewrite them with that knowledge.
 func (ins *instrumenter) code(r reader) ([]byte, error) {
-	funcs, err := ins.scanCalls(r)
-	if err != nil {
-		return nil, err
-	}
+	funcs := ins.funcs
 	comps := components(funcs, ins.yield)
 	c := &costs{funcs: funcs, sccTail: make([]uint32, len(comps))}
 	w := &walker{ins: ins, c: c}
@@ -642,7 +676,11 @@ func (ins *instrumenter) code(r reader) ([]byte, error) {
 		}
 	}
 	code := make([]byte, 0, len(r.b[r.off:r.end])+len(r.b[r.off:r.end])/4+8)
-	code = appendULEB(code, uint64(len(funcs)))
+	var helpers [][]byte
+	if ins.bulk {
+		helpers = ins.helpers()
+	}
+	code = appendULEB(code, uint64(len(funcs)+len(helpers)))
 	var body []byte
 	for f := range funcs {
 		w.self, w.emit = f, true
@@ -654,5 +692,19 @@ func (ins *instrumenter) code(r reader) ([]byte, error) {
 		code = appendULEB(code, uint64(len(body)))
 		code = append(code, body...)
 	}
+	for _, h := range helpers {
+		code = append(code, h...)
+	}
 	return code, nil
+}
+
+// helperIndex is the function index, in the instrumented module, of the
+// memory.copy helper (isCopy) or the memory.fill one: after the module's
+// own functions.
+func (ins *instrumenter) helperIndex(isCopy bool) uint32 {
+	idx := ins.yield + 1 + uint32(len(ins.funcs))
+	if isCopy {
+		idx++
+	}
+	return idx
 }

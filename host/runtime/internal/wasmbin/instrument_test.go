@@ -530,8 +530,17 @@ func TestInstrumentDecodesExtensions(t *testing.T) {
 	}{
 		{name: "sign extension", code: []byte{0xc0, 0xc4}},
 		{name: "sat trunc", code: []byte{0xfc, 0x00, 0xfc, 0x07}},
-		{name: "bulk memory", code: []byte{0xfc, 0x08, 0x03, 0x00, 0xfc, 0x09, 0x03, 0xfc, 0x0a, 0x00, 0x00, 0xfc, 0x0b, 0x00}},
-		{name: "bulk table", code: []byte{0xfc, 0x0c, 0x03, 0x03, 0xfc, 0x0d, 0x03, 0xfc, 0x0e, 0x03, 0x03, 0xfc, 0x0f, 0x03, 0xfc, 0x10, 0x03, 0xfc, 0x11, 0x03}},
+		// memory.fill and memory.copy become calls: TestInstrumentBulk.
+		{name: "bulk memory", code: []byte{0xfc, 0x08, 0x03, 0x00, 0xfc, 0x09, 0x03}},
+		{
+			name: "bulk table",
+			code: []byte{0xfc, 0x0c, 0x03, 0x03, 0xfc, 0x0d, 0x03, 0xfc, 0x0e, 0x03, 0x03, 0xfc, 0x0f, 0x03, 0xfc, 0x10, 0x03, 0xfc, 0x11, 0x03},
+			// table.copy, table.grow and table.fill are charged the most
+			// entries a table may hold: a check goes before each, and
+			// before whatever follows.
+			want: cat([]byte{0xfc, 0x0c, 0x03, 0x03, 0xfc, 0x0d, 0x03}, checkOf(0, 0, 1), []byte{0xfc, 0x0e, 0x03, 0x03}, checkOf(0, 0, 1),
+				[]byte{0xfc, 0x0f, 0x03}, checkOf(0, 0, 1), []byte{0xfc, 0x10, 0x03}, checkOf(0, 0, 1), []byte{0xfc, 0x11, 0x03}, checkOf(0, 0, 1)),
+		},
 		{
 			name: "reference types",
 			code: []byte{0xd0, 0x70, 0xd0, 0x03, 0xd1, 0xd2, 0x03, 0x25, 0x03, 0x26, 0x03, 0x1c, 0x01, 0x6f, 0x1c, 0x01, 0x64, 0x03},
@@ -608,12 +617,46 @@ func TestInstrumentDecodesExtensions(t *testing.T) {
 				sec(SectionExport, vec(budgetExport(0))),
 				sec(SectionCode, vec(body(noLocals, cat(code, []byte{0x03, 0x40}, checkOf(0, 0, 1), []byte{0x0c, 0x00, 0x0b, 0x0b})...))),
 			)
-			// Where the checks go is the point here, not their weights.
-			if got, want := unweighted(got), unweighted(want); !bytes.Equal(got, want) {
-				t.Fatalf("Instrument:\n got %x\nwant %x", got, want)
+			// Where the checks go is the point here, not their weights,
+			// whose encodings change the bodies' sizes.
+			if got, want := unweighted(firstBody(t, got)), unweighted(firstBody(t, want)); !bytes.Equal(got, want) {
+				t.Fatalf("Instrument's body:\n got %x\nwant %x", got, want)
+			}
+			gotMod, err := Parse(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantMod, _ := Parse(want)
+			for _, ws := range wantMod.Sections {
+				if gs, ok := gotMod.Section(ws.ID); ws.ID != SectionCode && (!ok || !bytes.Equal(gs.Payload, ws.Payload)) {
+					t.Errorf("section %s: got %x, want %x", ws.ID, gs.Payload, ws.Payload)
+				}
 			}
 		})
 	}
+}
+
+// firstBody returns the first function body of wasm's code section,
+// without its size.
+func firstBody(t *testing.T, wasm []byte) []byte {
+	t.Helper()
+	m, err := Parse(wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := m.Section(SectionCode)
+	if !ok {
+		t.Fatal("no code section")
+	}
+	r := s.payloadReader(wasm)
+	if _, err := r.u32(); err != nil {
+		t.Fatal(err)
+	}
+	size, err := r.u32()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.b[r.off : r.off+int(size)]
 }
 
 // FuzzInstrument checks that Instrument never panics, that its output

@@ -358,6 +358,12 @@ func (r *reader) u32() (uint32, error) {
 	return uint32(v), nil
 }
 
+// peekU32 reads a u32 without moving past it.
+func (r *reader) peekU32() (uint32, bool) {
+	v, _, err := readULEB(r.b[:r.end], r.off, 32)
+	return uint32(v), err == nil
+}
+
 func (r *reader) u64() (uint64, error) {
 	v, next, err := readULEB(r.b[:r.end], r.off, 64)
 	if err != nil {
