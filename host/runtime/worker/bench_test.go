@@ -5,7 +5,10 @@ package worker
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,12 +78,20 @@ func BenchmarkCall(b *testing.B) {
 	}
 }
 
-// BenchmarkFullRecompute: 10,000 service ports of 10 endpoints through
-// the three default stages (as host/pipeline's BenchmarkFullRecompute),
-// every stage's module in a worker against in this process, and the
-// workers' resident memory after.
+// BenchmarkFullRecompute: 1,000 and 10,000 service ports of 10
+// endpoints through the three default stages (as host/pipeline's
+// BenchmarkFullRecompute), every stage's module in a worker against in
+// this process, and the workers' memory after, each worker's on average:
+// resident (VmRSS, VmHWM) and proportional (Pss: the pages it shares
+// with wasp, the executable's among them, counted in part).
 func BenchmarkFullRecompute(b *testing.B) {
-	node, sps := referencetest.Batch(1, 10000, 10)
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("ports=%d", n), func(b *testing.B) { benchRecompute(b, n) })
+	}
+}
+
+func benchRecompute(b *testing.B, n int) {
+	node, sps := referencetest.Batch(1, n, 10)
 	ps := make([]pipeline.Port, len(sps))
 	for i, sp := range sps {
 		ps[i] = pipeline.Port{Key: fmt.Sprint(i), ServicePort: sp}
@@ -105,18 +116,37 @@ func BenchmarkFullRecompute(b *testing.B) {
 		}
 	}
 	alternate(b, run(local), run(worker))
-	var rss, peak uint64
+	var rss, peak, pss uint64
 	for _, w := range workers {
 		st := w.Stats()
-		rss, peak = rss+st.ResidentBytes, peak+st.PeakResidentBytes
+		rss, peak, pss = rss+st.ResidentBytes, peak+st.PeakResidentBytes, pss+proportional(st.PID)
 	}
-	b.ReportMetric(float64(rss)/(1<<20)/3, "worker-rss-MiB")
-	b.ReportMetric(float64(peak)/(1<<20)/3, "worker-peak-rss-MiB")
+	mib := func(v uint64) float64 { return float64(v) / (1 << 20) / float64(len(workers)) }
+	b.ReportMetric(mib(rss), "worker-rss-MiB")
+	b.ReportMetric(mib(peak), "worker-peak-rss-MiB")
+	b.ReportMetric(mib(pss), "worker-pss-MiB")
 	// After the pipeline's Release, as after a full sync.
 	worker.Release(context.Background())
-	rss = 0
+	rss, pss = 0, 0
 	for _, w := range workers {
-		rss += w.Stats().ResidentBytes
+		st := w.Stats()
+		rss, pss = rss+st.ResidentBytes, pss+proportional(st.PID)
 	}
-	b.ReportMetric(float64(rss)/(1<<20)/3, "worker-rss-released-MiB")
+	b.ReportMetric(mib(rss), "worker-rss-released-MiB")
+	b.ReportMetric(mib(pss), "worker-pss-released-MiB")
+}
+
+// proportional is the Pss of process pid, 0 if it cannot be read.
+func proportional(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "Pss:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
