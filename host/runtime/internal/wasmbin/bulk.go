@@ -212,13 +212,8 @@ func (ins *instrumenter) appendCheckOf(b []byte, weight func([]byte) []byte) []b
 	b = append(b, opGlobalGet)
 	b = appendULEB(b, uint64(ins.budget))
 	b = weight(b)
-	b = append(b, opI32Sub, opI32Const, 0x01, opI32Sub, opGlobalSet)
-	b = appendULEB(b, uint64(ins.budget))
-	b = append(b, opGlobalGet)
-	b = appendULEB(b, uint64(ins.budget))
-	b = append(b, opI32Const, 0x00, opI32LtS, opIf, blockEmpty, opCall)
-	b = appendULEB(b, uint64(ins.yield))
-	return append(b, opEnd)
+	b = append(b, opI32Sub, opI32Const, 0x01)
+	return ins.appendCharge(b)
 }
 
 // bulkCost is the static charge of a 0xfc-prefixed instruction whose

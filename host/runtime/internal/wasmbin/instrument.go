@@ -315,6 +315,13 @@ func (ins *instrumenter) appendCheck(b []byte, weight int64) []byte {
 	b = appendULEB(b, uint64(ins.budget))
 	b = append(b, opI32Const)
 	b = appendSLEB(b, weight)
+	return ins.appendCharge(b)
+}
+
+// appendCharge appends the rest of a check, once the code before it has
+// pushed the budget and the weight to charge: subtract, store, and yield
+// if the budget is below zero.
+func (ins *instrumenter) appendCharge(b []byte) []byte {
 	b = append(b, opI32Sub, opGlobalSet)
 	b = appendULEB(b, uint64(ins.budget))
 	b = append(b, opGlobalGet)
