@@ -282,3 +282,49 @@ func TestHostileBulkMemory(t *testing.T) {
 		})
 	}
 }
+
+// TestHostileGoGuest: the same classes as a Go guest writes them, in
+// loops: clear of a 128 MiB slice (memory.fill), copy of 64 MiB
+// (memory.copy) at every iteration, while garbage collections run
+// back to back. Each iteration was once charged as a few instructions, so
+// that a call yielded once per thousands of gigabytes of work; now each
+// is charged its size, and the call stops at its deadline.
+func TestHostileGoGuest(t *testing.T) {
+	r := newRuntime(t, runtime.Config{})
+	m, err := r.Load(context.Background(), "misbehave", testModule(t, "misbehave"), runtime.Limits{Timeout: 200 * time.Millisecond, Instances: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var gcs sync.WaitGroup
+	gcs.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				goruntime.GC()
+			}
+		}
+	})
+	defer func() {
+		close(stop)
+		gcs.Wait()
+	}()
+	for _, behaviour := range []string{"clear", "copy"} {
+		t.Run(behaviour, func(t *testing.T) {
+			done := make(chan error, 1)
+			start := time.Now()
+			go func() { _, err := call(t, m, batch(abi.StageTopology, behaviour)); done <- err }()
+			select {
+			case err = <-done:
+			case <-time.After(30 * time.Second): // failure guard only
+				t.Fatal("still running 30s after a 200ms deadline")
+			}
+			t.Logf("the call returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
+			if runtime.ReasonOf(err) != runtime.ReasonTimeout {
+				t.Fatalf("call: %v, want reason %s", err, runtime.ReasonTimeout)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"crypto/rand"
 	"errors"
 	"os"
 	"unsafe"
@@ -50,6 +51,26 @@ func misbehave(sp wasp.ServicePort) error {
 				b[i] = 1
 			}
 			hog = append(hog, b)
+		}
+	case "clear":
+		// memory.fill of 128 MiB at each iteration: one instruction each,
+		// once charged as one.
+		big := make([]byte, 128<<20)
+		for {
+			clear(big)
+		}
+	case "copy":
+		// memory.copy of 64 MiB at each iteration.
+		a, b := make([]byte, 64<<20), make([]byte, 64<<20)
+		for {
+			copy(a, b)
+		}
+	case "random":
+		// random_get of 64 MiB at each iteration: a host call, once
+		// charged as one instruction and not bounded by the host.
+		big := make([]byte, 64<<20)
+		for {
+			_, _ = rand.Read(big)
 		}
 	case "trap":
 		// An out-of-bounds load is a Wasm trap, not a Go panic.
