@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"syscall"
 
@@ -17,9 +18,13 @@ const supported = true
 // prepare makes the calling worker the first process the kernel kills
 // when its cgroup or the node runs out of memory, so that a module that
 // takes too much gets its worker killed rather than the proxy (raising
-// one's own score needs no privilege), and keeps its pipes from the
-// processes it starts.
+// one's own score needs no privilege); keeps its pipes from the processes
+// it starts; and ignores the signals that stop wasp (a terminal's Ctrl-C,
+// a supervisor's SIGTERM to the whole group), so that wasp's calls are
+// answered while it stops: a worker ends when wasp closes its pipe or
+// dies.
 func prepare() {
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
 	syscall.CloseOnExec(requestFD)
 	syscall.CloseOnExec(replyFD)

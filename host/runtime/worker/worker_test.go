@@ -385,7 +385,8 @@ func TestConcurrentCalls(t *testing.T) {
 }
 
 // TestClose: Close stops and reaps the worker, leaves no goroutine behind,
-// may be called twice, and calls after it fail.
+// may be called twice, and calls after it fail; until then, the signals
+// that stop wasp leave the worker running.
 func TestClose(t *testing.T) {
 	skipUnsupported(t)
 	goroutines := goruntime.NumGoroutine()
@@ -400,7 +401,17 @@ func TestClose(t *testing.T) {
 	if err := m.Shrink(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// The signals that stop wasp do not stop its workers first.
 	pid, dir := m.Stats().PID, m.tmpDir
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		if err := syscall.Kill(pid, sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := callTopology(context.Background(), m, in); err != nil || m.Stats().PID != pid {
+		t.Fatalf("call after SIGINT, SIGTERM and SIGHUP: %v, worker %d, want %d", err, m.Stats().PID, pid)
+	}
 	m.Close()
 	m.Close()
 	if !gone(pid) {
