@@ -10,7 +10,6 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/wasp-proxy/wasp/host/runtime/internal/wasmbin"
 )
@@ -143,7 +142,7 @@ func (r *Runtime) engine(ctx context.Context, pages uint32) (wazero.Runtime, err
 	// WASI with wazero's defaults: no preopened directories, no environment,
 	// no arguments, a fake clock and deterministic random bytes. Go guests
 	// need it to start; nothing in it reaches the node.
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, e); err != nil {
+	if err := instantiateWASI(ctx, e); err != nil {
 		_ = e.Close(ctx)
 		return nil, fmt.Errorf("instantiate WASI: %w", err)
 	}
