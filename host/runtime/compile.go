@@ -48,6 +48,14 @@ type CompileLimits struct {
 	// using a CPU and memory until it ends, as wazero cannot stop one.
 	// Default 30 s.
 	Timeout time.Duration
+	// InstanceBytes caps what every instance of the module is estimated
+	// to keep in the host's memory besides its linear memory and tables:
+	// wazero's objects for its globals, data segments and element
+	// segment entries (instanceBytes), which a module of a few megabytes
+	// can make hundreds of megabytes per instance. The estimate is also
+	// reserved in the module's memory pool with each instance. Default
+	// 32 MiB; wasp's Go modules need under 1 MiB.
+	InstanceBytes uint64
 	// ChildMemory caps the resident memory of a compile child process
 	// (Config.IsolateCompile), which is killed past it. Default 512 MiB:
 	// above what FunctionMemory lets one function take, and below what
@@ -68,6 +76,7 @@ const (
 	DefaultCompileBudget  = 30 * time.Second
 	DefaultCompileTimeout = 30 * time.Second
 	DefaultChildMemory    = 512 << 20
+	DefaultInstanceBytes  = 32 << 20
 )
 
 func (l CompileLimits) withDefaults() CompileLimits {
@@ -98,6 +107,9 @@ func (l CompileLimits) withDefaults() CompileLimits {
 	if l.ChildMemory == 0 {
 		l.ChildMemory = DefaultChildMemory
 	}
+	if l.InstanceBytes == 0 {
+		l.InstanceBytes = DefaultInstanceBytes
+	}
 	return l
 }
 
@@ -118,6 +130,21 @@ const (
 	bytesPerBlockLoc = 240
 )
 
+// What wazero v1.12 keeps per instance, in the host's heap, for each
+// global, data segment and element segment entry of a module, rounded up
+// from measurements (4 million of each, four instances; docs/abi.md §5.1).
+const (
+	bytesPerGlobal      = 96
+	bytesPerDataSegment = 32
+	bytesPerElemEntry   = 48
+)
+
+// instanceBytes is the estimated host memory every instance of a module
+// of shape sh keeps besides its linear memory and tables.
+func instanceBytes(sh *wasmbin.ModuleShape) uint64 {
+	return bytesPerGlobal*sh.Globals + bytesPerDataSegment*sh.DataSegments + bytesPerElemEntry*sh.ElemEntries
+}
+
 // compileCost is the estimated time and memory wazero takes to compile a
 // function of shape sh.
 func compileCost(sh wasmbin.FuncShape) (time.Duration, uint64) {
@@ -129,22 +156,29 @@ func compileCost(sh wasmbin.FuncShape) (time.Duration, uint64) {
 }
 
 // checkCompileLimits refuses a module binary whose compilation would cost
-// more than l allows. The error names the function (by its index in the
-// module's function index space, imports first) and the limit.
-func checkCompileLimits(wasm []byte, l CompileLimits) error {
+// more than l allows, or each of whose instances would keep more than
+// l.InstanceBytes in the host's memory besides its linear memory, which
+// it returns. The error names the function (by its index in the module's
+// function index space, imports first) and the limit.
+func checkCompileLimits(wasm []byte, l CompileLimits) (uint64, error) {
 	if len(wasm) > l.ModuleBytes {
-		return fmt.Errorf("module of %d bytes exceeds the compile limit of %d bytes", len(wasm), l.ModuleBytes)
+		return 0, fmt.Errorf("module of %d bytes exceeds the compile limit of %d bytes", len(wasm), l.ModuleBytes)
 	}
 	shape, err := wasmbin.Shapes(wasm)
 	if err != nil {
-		return err
+		return 0, err
+	}
+	host := instanceBytes(shape)
+	if host > l.InstanceBytes {
+		return 0, fmt.Errorf("every instance would keep an estimated %d MiB in the host for its %d globals, %d data segments and %d element segment entries, over the limit of %d MiB",
+			host>>20, shape.Globals, shape.DataSegments, shape.ElemEntries, l.InstanceBytes>>20)
 	}
 	total := time.Duration(nsPerType * shape.Types)
 	var worst wasmbin.FuncShape
 	var worstCost time.Duration
 	for _, sh := range shape.Funcs {
 		if err := checkFunction(sh, l); err != nil {
-			return fmt.Errorf("function %d: %w", sh.Index, err)
+			return 0, fmt.Errorf("function %d: %w", sh.Index, err)
 		}
 		cost, _ := compileCost(sh)
 		total += cost
@@ -153,10 +187,10 @@ func checkCompileLimits(wasm []byte, l CompileLimits) error {
 		}
 	}
 	if total > l.Budget {
-		return fmt.Errorf("estimated compile time %s of %d types and %d functions exceeds the compile budget of %s (function %d, %s, is estimated at %s)",
+		return 0, fmt.Errorf("estimated compile time %s of %d types and %d functions exceeds the compile budget of %s (function %d, %s, is estimated at %s)",
 			total.Round(time.Millisecond), shape.Types, len(shape.Funcs), l.Budget, worst.Index, describe(worst), worstCost.Round(time.Millisecond))
 	}
-	return nil
+	return host, nil
 }
 
 // checkFunction checks one function's shape against the per-function

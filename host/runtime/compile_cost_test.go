@@ -106,7 +106,7 @@ func TestCompileCost(t *testing.T) {
 			est, mem = est+d, max(mem, m)
 		}
 		verdict := "accepted"
-		if err := checkCompileLimits(wasm, CompileLimits{}.withDefaults()); err != nil {
+		if _, err := checkCompileLimits(wasm, CompileLimits{}.withDefaults()); err != nil {
 			verdict = "refused: " + err.Error()
 		}
 		if os.Getenv("WASP_COMPILE_ESTIMATE_ONLY") != "" {

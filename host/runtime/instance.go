@@ -49,11 +49,11 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		WithStdout(stderr)
 	// The instance's minimum is reserved first: wazero panics when an
 	// allocator cannot give a new memory its minimum.
-	if !m.memory.reserve(m.minMemory) {
-		return nil, classified{fmt.Errorf("instantiate: no room for a new instance's %d MiB of linear memory: the module's instances hold %d MiB of its %d MiB pool",
-			m.minMemory>>20, m.memory.inUse()>>20, m.memory.limit>>20), errPoolFull}
+	if !m.memory.reserve(m.minMemory + m.hostBytes) {
+		return nil, classified{fmt.Errorf("instantiate: no room for a new instance's %d MiB of memory: the module's instances hold %d MiB of its %d MiB pool",
+			(m.minMemory+m.hostBytes)>>20, m.memory.inUse()>>20, m.memory.limit>>20), errPoolFull}
 	}
-	res := &reservation{pool: m.memory, bytes: m.minMemory}
+	res := &reservation{pool: m.memory, bytes: m.minMemory, extra: m.hostBytes}
 	ictx, cancel := context.WithTimeout(ctx, m.limits.InitTimeout)
 	defer cancel()
 	ictx = experimental.WithMemoryAllocator(ictx, res)

@@ -50,9 +50,12 @@ func (p *memoryPool) inUse() uint64 { return p.used.Load() }
 // before instantiating. A reservation the instantiation did not take
 // (it failed before creating the memory) is given back with cancel.
 type reservation struct {
-	pool  *memoryPool
-	bytes uint64
-	mem   experimental.LinearMemory // the memory Allocate returned, if any
+	pool *memoryPool
+	// bytes is the linear memory reserved, and extra the host memory
+	// the instance keeps besides (Module.hostBytes): the memory holds
+	// both, and releases them when freed.
+	bytes, extra uint64
+	mem          experimental.LinearMemory // the memory Allocate returned, if any
 }
 
 var _ experimental.MemoryAllocator = (*reservation)(nil)
@@ -62,18 +65,18 @@ func (r *reservation) Allocate(cap, max uint64) experimental.LinearMemory {
 	if r.mem != nil {
 		// wasp's modules have one memory: a second one gets no
 		// reservation, and its minimum must be reserved as it grows.
-		return r.pool.allocate(cap, max, 0)
+		return r.pool.allocate(cap, max, 0, 0)
 	}
-	r.mem = r.pool.allocate(cap, max, r.bytes)
-	r.bytes = 0
+	r.mem = r.pool.allocate(cap, max, r.bytes, r.extra)
+	r.bytes, r.extra = 0, 0
 	return r.mem
 }
 
 // cancel releases what no memory took, and frees the memory if the
 // instantiation failed after creating it.
 func (r *reservation) cancel(failed bool) {
-	r.pool.release(r.bytes)
-	r.bytes = 0
+	r.pool.release(r.bytes + r.extra)
+	r.bytes, r.extra = 0, 0
 	if failed && r.mem != nil {
 		r.mem.Free()
 	}
@@ -84,8 +87,9 @@ func (r *reservation) cancel(failed bool) {
 type heapMemory struct {
 	pool *memoryPool
 	buf  []byte
-	// accounted is the bytes reserved in the pool: at least len(buf).
-	accounted uint64
+	// accounted is the bytes reserved in the pool for the memory: at
+	// least len(buf); extra is what the instance keeps besides.
+	accounted, extra uint64
 }
 
 func (m *heapMemory) Reallocate(size uint64) []byte {
@@ -104,6 +108,6 @@ func (m *heapMemory) Reallocate(size uint64) []byte {
 
 // Free releases the memory; it may be called more than once.
 func (m *heapMemory) Free() {
-	m.pool.release(m.accounted)
-	m.buf, m.accounted = nil, 0
+	m.pool.release(m.accounted + m.extra)
+	m.buf, m.accounted, m.extra = nil, 0, 0
 }

@@ -5,8 +5,8 @@ package runtime
 import "github.com/tetratelabs/wazero/experimental"
 
 
-// allocate returns a memory on the Go heap, holding reserved bytes
-// already accounted in the pool.
-func (p *memoryPool) allocate(_, _, reserved uint64) experimental.LinearMemory {
-	return &heapMemory{pool: p, accounted: reserved}
+// allocate returns a memory on the Go heap, holding reserved and extra
+// bytes already accounted in the pool (see the Linux allocate).
+func (p *memoryPool) allocate(_, _, reserved, extra uint64) experimental.LinearMemory {
+	return &heapMemory{pool: p, accounted: reserved, extra: extra}
 }

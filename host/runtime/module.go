@@ -107,6 +107,10 @@ type Module struct {
 	// the module's declared minimum, reserved in memory before each
 	// instantiation.
 	minMemory uint64
+	// hostBytes is what each instance is estimated to keep in the host's
+	// memory besides its linear memory (instanceBytes), reserved in memory
+	// with it.
+	hostBytes uint64
 	tokens    chan struct{} // one per instance the pool may hold
 	mu     sync.Mutex
 	idle   []*instance
@@ -164,7 +168,8 @@ func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Lim
 	if err != nil {
 		return nil, fmt.Errorf("module %q: %w", name, err)
 	}
-	if err := checkCompileLimits(wasm, r.cfg.Compile); err != nil {
+	hostBytes, err := checkCompileLimits(wasm, r.cfg.Compile)
+	if err != nil {
 		return nil, classified{fmt.Errorf("module %q: %w: %w", name, ErrInvalidModule, err), ErrCompile}
 	}
 	// Instrumenting decodes every function body and bounds what wazero's
@@ -192,7 +197,7 @@ func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Lim
 	if err := checkSignatures(compiled, meta); err != nil {
 		return nil, fmt.Errorf("module %q: %w: %w", name, ErrInvalidModule, err)
 	}
-	minMemory, err := checkMemoryMinimum(compiled, limits)
+	minMemory, err := checkMemoryMinimum(compiled, limits, hostBytes)
 	if err != nil {
 		return nil, fmt.Errorf("module %q: %w: %w", name, ErrInvalidModule, err)
 	}
@@ -202,7 +207,7 @@ func (r *Runtime) Load(ctx context.Context, name string, wasm []byte, limits Lim
 	m := &Module{
 		Name: name, Digest: digest, Metadata: meta, Config: config,
 		rt: r, engine: engine, compiled: compiled, limits: limits,
-		memory: &memoryPool{limit: limits.PoolMemoryBytes}, minMemory: minMemory,
+		memory: &memoryPool{limit: limits.PoolMemoryBytes}, minMemory: minMemory, hostBytes: hostBytes,
 		tokens: make(chan struct{}, limits.Instances),
 	}
 	for range limits.Instances {
@@ -302,10 +307,11 @@ func Inspect(wasm []byte) (*metadata.Metadata, error) {
 
 // checkMemoryMinimum returns the linear memory, in bytes, that every
 // instance of c starts with (its memory's declared minimum), and refuses
-// a minimum that the module's memory pool could not give each of its
-// instances at once: a pool that ran out while creating an instance
-// would leave it without the memory it declares.
-func checkMemoryMinimum(c wazero.CompiledModule, l Limits) (uint64, error) {
+// a minimum that, with the host memory hostBytes every instance keeps
+// besides, the module's memory pool could not give each of its instances
+// at once: a pool that ran out while creating an instance would leave it
+// without the memory it declares.
+func checkMemoryMinimum(c wazero.CompiledModule, l Limits, hostBytes uint64) (uint64, error) {
 	mem, ok := c.ExportedMemories()["memory"]
 	if !ok {
 		return 0, errors.New(`export "memory" is not a memory`)
@@ -314,9 +320,9 @@ func checkMemoryMinimum(c wazero.CompiledModule, l Limits) (uint64, error) {
 	if min > l.MemoryBytes {
 		return 0, fmt.Errorf("memory minimum of %d pages (%d MiB) is over the memory cap of %d MiB", mem.Min(), min>>20, l.MemoryBytes>>20)
 	}
-	if need := min * uint64(l.Instances); need > l.PoolMemoryBytes {
-		return 0, fmt.Errorf("memory minimum of %d pages (%d MiB) times %d instances is %d MiB, over the module's memory pool of %d MiB: lower the minimum, or raise the memory limit",
-			mem.Min(), min>>20, l.Instances, need>>20, l.PoolMemoryBytes>>20)
+	if need := (min + hostBytes) * uint64(l.Instances); need > l.PoolMemoryBytes {
+		return 0, fmt.Errorf("memory minimum of %d pages (%d MiB), and %d MiB of host memory, times %d instances is %d MiB, over the module's memory pool of %d MiB: lower the minimum, or raise the memory limit",
+			mem.Min(), min>>20, hostBytes>>20, l.Instances, need>>20, l.PoolMemoryBytes>>20)
 	}
 	return min, nil
 }

@@ -81,7 +81,7 @@ func TestPoolConcurrentGrowth(t *testing.T) {
 	}
 	// The stage grows memory by a page until refused; then, for a long
 	// input, it spins until its deadline, and for a short one it returns
-	// one byte of output, which Call hands back as it is.
+	// no output, so that its instance is discarded.
 	stage := []byte{
 		0x03, 0x40, // loop
 		0x41, 0x01, 0x40, 0x00, // i32.const 1; memory.grow
@@ -94,35 +94,53 @@ func TestPoolConcurrentGrowth(t *testing.T) {
 		0x4b, 0x04, 0x40, // i32.gt_u; if
 		0x03, 0x40, 0x0c, 0x00, 0x0b, // loop br 0 end
 		0x0b,             // end
-		0x42, 0x01, 0x0b, // i64.const 1 (ptr 0, len 1); end
+		0x42, 0x00, 0x0b, // i64.const 0; end
 	)
 	for _, instances := range []int{4, 16} {
 		t.Run(fmt.Sprint(instances, " instances"), func(t *testing.T) {
 			r := newRuntime(t, runtime.Config{})
-			limits := runtime.Limits{Instances: instances, MemoryBytes: 64 << 20, PoolMemoryBytes: uint64(instances) * 8 << 20, Timeout: time.Second}
+			limits := runtime.Limits{Instances: instances, MemoryBytes: 64 << 20, PoolMemoryBytes: uint64(instances) * 8 << 20, Timeout: 5 * time.Second}
 			m, err := r.Load(context.Background(), "grow", hostile.Guest{Pages: 16, Stage: stage}.Module(), limits)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			// All instances but one fill the pool and spin.
+			// All instances but one fill the pool and spin, until the
+			// test is done with them.
+			spin, stop := context.WithCancel(context.Background())
+			defer stop()
 			var wg sync.WaitGroup
 			for range instances - 1 {
 				wg.Go(func() {
-					_, err := m.Call(context.Background(), abi.StageTopology, long, nil)
+					_, err := m.Call(spin, abi.StageTopology, long, nil)
 					if r := runtime.ReasonOf(err); r != runtime.ReasonTimeout && r != runtime.ReasonMemory {
 						t.Errorf("spinning call: %v, want reason %s (or %s if refused an instance)", err, runtime.ReasonTimeout, runtime.ReasonMemory)
 					}
 				})
 			}
-			time.Sleep(200 * time.Millisecond) // sequencing only: the spinners have filled the pool
-			_, err = m.Call(context.Background(), abi.StageTopology, short, nil)
-			if runtime.ReasonOf(err) != runtime.ReasonMemory || !strings.Contains(err.Error(), "no room for a new instance") {
-				t.Errorf("call needing a new instance while the pool is full: %v, want reason %s", err, runtime.ReasonMemory)
+			// Each short call needs a new instance; once the spinners
+			// have filled the pool, there is no room for one.
+			refused := false
+			for start := time.Now(); !refused && time.Since(start) < 4*time.Second; time.Sleep(10 * time.Millisecond) {
+				_, err := m.Call(context.Background(), abi.StageTopology, short, nil)
+				switch runtime.ReasonOf(err) {
+				case runtime.ReasonMemory:
+					refused = true
+					if !strings.Contains(err.Error(), "no room for a new instance") {
+						t.Errorf("call refused an instance: %v, want the pool named", err)
+					}
+				case runtime.ReasonNoOutput:
+				default:
+					t.Fatalf("short call: %v, want reason %s or %s", err, runtime.ReasonNoOutput, runtime.ReasonMemory)
+				}
 			}
+			if !refused {
+				t.Errorf("no call was refused an instance while the spinners held the pool")
+			}
+			stop()
 			wg.Wait()
-			if _, err := m.Call(context.Background(), abi.StageTopology, short, nil); err != nil {
-				t.Errorf("call after the others ended: %v", err)
+			if _, err := m.Call(context.Background(), abi.StageTopology, short, nil); runtime.ReasonOf(err) != runtime.ReasonNoOutput {
+				t.Errorf("call after the others ended: %v, want reason %s", err, runtime.ReasonNoOutput)
 			}
 		})
 	}
@@ -145,4 +163,48 @@ func callAll(t *testing.T, m *runtime.Module, n int, check func(error)) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestPoolInstanceHostMemory: what every instance keeps in the host's
+// memory outside its linear memory, wazero's objects for the module's
+// globals and data segments, once went uncounted: a 20 MB module of four
+// million globals cost 343 MiB of heap per instance. It is now estimated
+// at load, refused past Compile.InstanceBytes, and reserved in the
+// module's memory pool with each instance.
+func TestPoolInstanceHostMemory(t *testing.T) {
+	r := newRuntime(t, runtime.Config{})
+	tests := []struct {
+		name    string
+		guest   hostile.Guest
+		limits  runtime.Limits
+		refused string
+	}{
+		{"a few globals", hostile.Guest{Globals: 100}, runtime.Limits{Instances: 4}, ""},
+		{"a million globals", hostile.Guest{Globals: 1 << 20}, runtime.Limits{Instances: 1}, "1048576 globals"},
+		{"over a million data segments", hostile.Guest{DataSegments: 1_200_000}, runtime.Limits{Instances: 1}, "1200000 data segments"},
+		// 200,000 globals: about 18 MiB an instance, under the cap; four
+		// of them and their memory are over a 64 MiB pool.
+		{"globals over the pool", hostile.Guest{Globals: 200_000}, runtime.Limits{Instances: 4, MemoryBytes: 32 << 20, PoolMemoryBytes: 64 << 20}, "host memory"},
+		{"globals within the pool", hostile.Guest{Globals: 200_000}, runtime.Limits{Instances: 2, MemoryBytes: 32 << 20, PoolMemoryBytes: 64 << 20}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := r.Load(context.Background(), "counts", tc.guest.Module(), tc.limits)
+			if tc.refused != "" {
+				if !errors.Is(err, runtime.ErrInvalidModule) || !strings.Contains(fmt.Sprint(err), tc.refused) {
+					t.Fatalf("Load: %v, want ErrInvalidModule naming %q", err, tc.refused)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			callAll(t, m, m.Instances(), func(err error) {
+				if runtime.ReasonOf(err) != runtime.ReasonNoOutput {
+					t.Errorf("call: %v, want reason %s (the guest returns nothing)", err, runtime.ReasonNoOutput)
+				}
+			})
+		})
+	}
 }

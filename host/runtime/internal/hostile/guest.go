@@ -1,5 +1,7 @@
 package hostile
 
+import "slices"
+
 // Guest is a wasp ABI v1 module for the topology stage whose code the
 // caller gives: what its stage function, its initialisation and its
 // wasp_configure run. Each body is code (without locals, ending with end)
@@ -14,6 +16,11 @@ type Guest struct {
 	Initialize []byte
 	// Configure is wasp_configure: (i32 ptr, i32 len) -> i64.
 	Configure []byte
+	// Globals and DataSegments are how many immutable i32 globals and
+	// one-byte active data segments the module defines besides: what
+	// every instance keeps in the host's memory, outside its linear
+	// memory.
+	Globals, DataSegments int
 }
 
 // Function indices of a Guest's functions, for calls in its bodies.
@@ -85,13 +92,22 @@ func (g Guest) Module() []byte {
 		exports = append(exports, cat(str("wasp_configure"), []byte{0x00}, u(4)))
 	}
 	meta := `{"name":"hostile","version":"1.0.0","abi":1,"stages":["topology"]}`
+	var globals, data []byte
+	if g.Globals > 0 {
+		globals = section(6, u(g.Globals), slices.Repeat([]byte{i32, 0x00, 0x41, 0x00, 0x0b}, g.Globals))
+	}
+	if g.DataSegments > 0 {
+		data = section(11, u(g.DataSegments), slices.Repeat([]byte{0x00, 0x41, 0x00, 0x0b, 0x01, 0x55}, g.DataSegments))
+	}
 	return cat(
 		[]byte("\x00asm\x01\x00\x00\x00"),
 		section(1, vec(types...)),
 		section(3, vec(funcs...)),
 		section(5, vec(cat([]byte{0x00}, u(max(g.Pages, 1))))),
+		globals,
 		section(7, vec(exports...)),
 		section(10, vec(code...)),
+		data,
 		section(0, str("wasp.metadata"), []byte(meta)),
 	)
 }

@@ -31,12 +31,22 @@ type FuncShape struct {
 }
 
 // ModuleShape is what a module binary costs a compiler, as far as its
-// size and structure say.
+// size and structure say, and the counts of what every instance of it
+// keeps in the host's memory besides its linear memory and tables.
 type ModuleShape struct {
 	// Types counts the function types.
 	Types int
 	// Funcs are the shapes of the function bodies, in order.
 	Funcs []FuncShape
+	// Globals counts the globals, imported and defined: wazero keeps
+	// each as an object of its own in every instance.
+	Globals uint64
+	// DataSegments counts the data segments, which every instance keeps
+	// a reference to.
+	DataSegments uint64
+	// ElemEntries counts the entries of all element segments, which
+	// every instance keeps as a slice of references.
+	ElemEntries uint64
 }
 
 // Shapes returns the shape of a module binary and of its every function
@@ -46,6 +56,7 @@ func Shapes(wasm []byte) (*ModuleShape, error) {
 	if err != nil {
 		return nil, err
 	}
+	sh := &ModuleShape{Globals: uint64(m.importCount(KindGlobal))}
 	var params []uint64 // by type index
 	var funcTypes []uint32
 	var shapes []FuncShape
@@ -59,12 +70,110 @@ func Shapes(wasm []byte) (*ModuleShape, error) {
 			funcTypes, err = typeIndices(s.payloadReader(wasm))
 		case SectionCode:
 			shapes, err = codeShapes(s.payloadReader(wasm), imported, funcTypes, params)
+		case SectionGlobal:
+			r := s.payloadReader(wasm)
+			var n uint32
+			n, err = r.u32()
+			sh.Globals += uint64(n)
+		case SectionData:
+			r := s.payloadReader(wasm)
+			var n uint32
+			n, err = r.u32()
+			sh.DataSegments = uint64(n)
+		case SectionElement:
+			sh.ElemEntries, err = elemEntries(s.payloadReader(wasm))
 		}
 		if err != nil {
 			return nil, s.errorf("%w", err)
 		}
 	}
-	return &ModuleShape{Types: len(params), Funcs: shapes}, nil
+	sh.Types, sh.Funcs = len(params), shapes
+	return sh, nil
+}
+
+// elemEntries reads an element section and returns the number of entries
+// of all its segments.
+func elemEntries(r reader) (uint64, error) {
+	n, err := r.count(2)
+	if err != nil {
+		return 0, err
+	}
+	var total uint64
+	for i := range n {
+		at := r.off
+		entries, err := r.elemSegment()
+		if err != nil {
+			return 0, fmt.Errorf("entry %d at offset %d: %w", i, at, err)
+		}
+		total += entries
+	}
+	return total, r.done()
+}
+
+// elemSegment reads an element segment in any of its eight forms and
+// returns its number of entries.
+func (r *reader) elemSegment() (uint64, error) {
+	at := r.off
+	flags, err := r.u32()
+	if err != nil {
+		return 0, err
+	}
+	if flags > 7 {
+		return 0, fmt.Errorf("element segment flags %#x at offset %d: unknown", flags, at)
+	}
+	active, explicitTable, exprs := flags&1 == 0, flags&2 != 0, flags&4 != 0
+	if active && explicitTable {
+		if _, err := r.u32(); err != nil {
+			return 0, err
+		}
+	}
+	if active {
+		if err := r.constExpr(); err != nil {
+			return 0, err
+		}
+	}
+	if flags != 0 && flags != 4 {
+		if exprs {
+			err = r.refType()
+		} else {
+			err = r.expect(0x00)
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	n, err := r.count(1)
+	if err != nil {
+		return 0, err
+	}
+	for range n {
+		if exprs {
+			err = r.constExpr()
+		} else {
+			_, err = r.u32()
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	return uint64(n), nil
+}
+
+// constExpr skips a constant expression up to its end.
+func (r *reader) constExpr() error {
+	for {
+		at := r.off
+		op, err := r.byte()
+		if err != nil {
+			return err
+		}
+		if op == opEnd {
+			return nil
+		}
+		if err := r.instr(at, op); err != nil {
+			return err
+		}
+	}
 }
 
 // paramCounts reads a type section and returns the number of parameters of
