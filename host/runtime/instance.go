@@ -229,13 +229,15 @@ func (in *instance) outOfMemory() bool {
 }
 
 // isInterrupted reports whether err is how an interrupted call ends: a
-// panic of yield, or wazero's own close on deadline.
+// panic of yield or of a host function's checkDeadline, or wazero's own
+// close on deadline.
 func (in *instance) isInterrupted(err error) bool {
-	if in.budget != nil {
-		return errors.Is(err, errInterrupted)
+	if errors.Is(err, errInterrupted) {
+		// yield, or a host function's checkDeadline (either mode).
+		return true
 	}
 	var exit *sys.ExitError
-	return errors.As(err, &exit) && (exit.ExitCode() == sys.ExitCodeDeadlineExceeded || exit.ExitCode() == sys.ExitCodeContextCanceled)
+	return in.budget == nil && errors.As(err, &exit) && (exit.ExitCode() == sys.ExitCodeDeadlineExceeded || exit.ExitCode() == sys.ExitCodeContextCanceled)
 }
 
 // yieldInterval is how much work, in the cost units of package wasmbin

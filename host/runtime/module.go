@@ -112,9 +112,9 @@ type Module struct {
 	// with it.
 	hostBytes uint64
 	tokens    chan struct{} // one per instance the pool may hold
-	mu     sync.Mutex
-	idle   []*instance
-	closed bool
+	mu        sync.Mutex
+	idle      []*instance
+	closed    bool
 
 	// baseMemory is the linear memory of a fresh instance, after its
 	// initialisation: what Shrink keeps.

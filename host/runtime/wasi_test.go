@@ -27,9 +27,23 @@ import (
 // for minutes past a 200 ms deadline; wasp's stops the call at its
 // deadline (random_get, whose work must stay), or fails each call at
 // once with the errno of its bound.
+// wasiHostileCase is a WASI call a stage makes thousands of times.
+type wasiHostileCase struct {
+	name string
+	fn   string
+	args []int64
+	end  int64 // the end of the memory the calls use
+	// errno is what every call returns under wasp's bounds; the stage
+	// traps if its last call returns another.
+	errno int64
+	want  Reason
+}
+
+// wasiHostileCalls is how many times each stage makes its call.
+const wasiHostileCalls = 4096
+
 func TestWASIHostile(t *testing.T) {
 	const (
-		calls  = 4096
 		iovecs = 4 << 20 // 32 MiB of empty iovecs
 		subs   = 2 << 20 // 96 MiB of subscriptions, 64 MiB of events
 		random = 128 << 20
@@ -37,16 +51,7 @@ func TestWASIHostile(t *testing.T) {
 		// input (at 1024: hostile.WASIGuest's wasp_buffer).
 		base = 1 << 16
 	)
-	tests := []struct {
-		name string
-		fn   string
-		args []int64
-		end  int64 // the end of the memory the calls use
-		// errno is what every call returns under wasp's bounds; the
-		// stage traps if its last call returns another.
-		errno int64
-		want  Reason
-	}{
+	tests := []wasiHostileCase{
 		{
 			name: "random_get of 128 MiB",
 			fn:   "random_get",
@@ -71,7 +76,15 @@ func TestWASIHostile(t *testing.T) {
 			want:  ReasonNoOutput,
 		},
 	}
-	r, err := New(Config{})
+	// checkDeadline stops the call in either mode, reported as a
+	// timeout in both.
+	for name, interrupt := range map[string]Interrupt{"instrument": InterruptInstrument, "close on context done": InterruptCloseOnContextDone} {
+		t.Run(name, func(t *testing.T) { testWASIHostile(t, interrupt, tests) })
+	}
+}
+
+func testWASIHostile(t *testing.T, interrupt Interrupt, tests []wasiHostileCase) {
+	r, err := New(Config{Interrupt: interrupt})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +106,7 @@ func TestWASIHostile(t *testing.T) {
 			g := hostile.WASIGuest{Pages: int(tc.end>>16) + 1, Imports: []string{tc.fn}}
 			call := g.Call(0, tc.args...)
 			g.Stage = slices.Concat(
-				bytes.Repeat(slices.Concat(call, []byte{0x1a}), calls), // call; drop
+				bytes.Repeat(slices.Concat(call, []byte{0x1a}), wasiHostileCalls), // call; drop
 				call,
 				// i32.const errno (under 64: one byte); i32.ne; if unreachable end
 				[]byte{0x41, byte(tc.errno), 0x47, 0x04, 0x40, 0x00, 0x0b},
