@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"testing"
 
@@ -117,6 +119,54 @@ func TestModuleRegistry(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestModuleOverPool: inspect and push refuse a module whose declared
+// minimum memory, times the instances a node runs, is over its memory
+// pool: wasp run could not create its second instance.
+func TestModuleOverPool(t *testing.T) {
+	defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(2)) // two instances
+	file := filepath.Join(t.TempDir(), "big.wasm")
+	if err := os.WriteFile(file, withMemory(t, 193<<20>>16), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := run(t, "", "module", "inspect", file)
+	if !errors.Is(err, runtime.ErrInvalidModule) || !strings.Contains(err.Error(), "over the module's memory pool") {
+		t.Fatalf("inspect: %v (output %q), want ErrInvalidModule naming the memory pool", err, out)
+	}
+	if err := os.WriteFile(file, withMemory(t, 16), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := run(t, "", "module", "inspect", file); err != nil {
+		t.Fatalf("inspect of the same module with a 1 MiB minimum: %v", err)
+	}
+}
+
+// withMemory returns a module that loads, whose memory's declared
+// minimum is pages pages.
+func withMemory(t *testing.T, pages int) []byte {
+	t.Helper()
+	sec := func(id byte, payload ...byte) []byte {
+		return append(append([]byte{id}, binary.AppendUvarint(nil, uint64(len(payload)))...), payload...)
+	}
+	name := func(s string) []byte { return append([]byte{byte(len(s))}, s...) }
+	exports := []byte{4}
+	for i, e := range []string{abi.MarkerExport, abi.BufferExport, abi.StageTopology.Export()} {
+		exports = append(exports, name(e)...)
+		exports = append(exports, 0, byte(i))
+	}
+	exports = append(exports, name("memory")...)
+	exports = append(exports, 2, 0)
+	meta := append(name(abi.MetadataSection), `{"name":"big","version":"0.0.1","abi":1,"stages":["topology"]}`...)
+	b := []byte{0, 'a', 's', 'm', 1, 0, 0, 0}
+	b = append(b, sec(1, 3, 0x60, 0, 0, 0x60, 1, 0x7f, 1, 0x7f, 0x60, 2, 0x7f, 0x7f, 1, 0x7e)...) // () -> (), (i32) -> i32, (i32, i32) -> i64
+	b = append(b, sec(3, 3, 0, 1, 2)...)
+	b = append(b, sec(5, append([]byte{1, 0}, binary.AppendUvarint(nil, uint64(pages))...)...)...)
+	b = append(b, sec(7, exports...)...)
+	b = append(b, sec(10, 3, 2, 0, 0x0b, 4, 0, 0x41, 0, 0x0b, 4, 0, 0x42, 0, 0x0b)...)
+	b = append(b, 0, byte(len(meta)))
+	b = append(b, meta...)
+	return b
 }
 
 // unloadable returns a module that passes runtime.Inspect, every export it
