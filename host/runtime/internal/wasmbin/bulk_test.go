@@ -191,3 +191,76 @@ func BenchmarkBulk(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLongestStep measures the instructions that do the most work
+// between two budget checks of an instrumented guest, each at the most it
+// may do: one part of a memory.fill or memory.copy (BulkChunk bytes), a
+// memory.init of a 32 MiB segment (the module size limit), and a
+// table.fill and a table.grow of MaxTableEntries. The largest is the most
+// a call can run past its deadline in one step (docs/abi.md §5.2): each
+// is charged its work, with a check, before it runs.
+func BenchmarkLongestStep(b *testing.B) {
+	const segment = 32 << 20
+	seg := make([]byte, segment)
+	t3 := functype([]byte{i32, i32, i32}, nil)
+	t1 := functype([]byte{i32}, nil)
+	wasm := module(
+		sec(SectionType, vec(t3, t1)),
+		sec(SectionFunction, vec(u(0), u(0), u(0), u(1))),
+		sec(SectionTable, vec(cat([]byte{0x70, 0x00}, u(MaxTableEntries)))), // funcref, min 2^20
+		sec(SectionMemory, vec(cat([]byte{0x00}, u(2*segment/65536)))),
+		sec(SectionExport, vec(
+			cat(str("fill"), []byte{0x00, 0x00}),
+			cat(str("copy"), []byte{0x00, 0x01}),
+			cat(str("init"), []byte{0x00, 0x02}),
+			cat(str("tfill"), []byte{0x00, 0x03}),
+		)),
+		sec(SectionDataCount, u(1)),
+		sec(SectionCode, vec(
+			body(noLocals, 0x20, 0x00, 0x20, 0x01, 0x20, 0x02, 0xfc, 0x0b, 0x00, 0x0b),
+			body(noLocals, 0x20, 0x00, 0x20, 0x01, 0x20, 0x02, 0xfc, 0x0a, 0x00, 0x00, 0x0b),
+			body(noLocals, 0x20, 0x00, 0x20, 0x01, 0x20, 0x02, 0xfc, 0x08, 0x00, 0x00, 0x0b),
+			body(noLocals, 0x41, 0x00, 0xd0, 0x70, 0x20, 0x00, 0xfc, 0x11, 0x00, 0x0b), // table.fill 0 (0, null, n)
+		)),
+		sec(SectionData, vec(cat([]byte{0x01}, u(segment), seg))), // passive
+	)
+	// A table of at most MaxTableEntries, as Instrument caps it, alone.
+	tableModule := module(
+		sec(SectionType, vec(t1)),
+		sec(SectionFunction, vec(u(0))),
+		sec(SectionTable, vec(cat([]byte{0x70, 0x01, 0x00}, u(MaxTableEntries)))),
+		sec(SectionExport, vec(cat(str("tgrow"), []byte{0x00, 0x00}))),
+		sec(SectionCode, vec(body(noLocals, 0xd0, 0x70, 0x20, 0x00, 0xfc, 0x0f, 0x00, 0x1a, 0x0b))),
+	)
+	ctx := context.Background()
+	rt := wazero.NewRuntime(ctx)
+	b.Cleanup(func() { rt.Close(ctx) })
+	mod := instantiate(b, ctx, rt, wasm)
+	steps := []struct {
+		name string
+		fn   string
+		args []uint64
+	}{
+		{"fill-part", "fill", []uint64{0, 1, BulkChunk}},
+		{"copy-part", "copy", []uint64{0, segment, BulkChunk}},
+		{"memory.init-32MiB", "init", []uint64{0, 0, segment}},
+		{"table.grow-max", "tgrow", []uint64{MaxTableEntries}},
+		{"table.fill-max", "tfill", []uint64{MaxTableEntries}},
+	}
+	for _, s := range steps {
+		b.Run(s.name, func(b *testing.B) {
+			m := mod
+			for b.Loop() {
+				if s.fn == "tgrow" {
+					// A table grows once to its cap: from empty each time.
+					b.StopTimer()
+					m = instantiate(b, ctx, rt, tableModule)
+					b.StartTimer()
+				}
+				if _, err := m.ExportedFunction(s.fn).Call(ctx, s.args...); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
