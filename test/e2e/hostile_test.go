@@ -20,11 +20,13 @@ import (
 
 // TestHostileModule runs wasp with a topology module that misbehaves on
 // the Services that ask it to: a call tree of 2^62 calls without a loop,
-// a memory bomb that writes every page it takes, and a spinning loop.
-// Throughout, a canary Service keeps answering, /healthz, /livez and
-// /metrics keep answering, the hostile Services get the builtin
-// semantics, wasp's peak resident memory stays under 1 GiB, and SIGTERM
-// still stops it.
+// a memory bomb that writes every page it takes, a spinning loop, and
+// loops of one instruction or host call that each do up to 128 MiB of
+// work (memory.fill, memory.copy, random_get). Throughout, a canary
+// Service keeps answering and follows a change, /healthz answers every
+// second with no gap over 2 s, /livez and /metrics keep answering, the
+// hostile Services get the builtin semantics, wasp's peak resident
+// memory stays under 1 GiB, and SIGTERM stops it within 5 s.
 func TestHostileModule(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -44,7 +46,7 @@ func TestHostileModule(t *testing.T) {
 	s.waitFor(t, s.client(), "tcp", canaryIP, 80, "a-1", "b-1")
 
 	var hostile []netip.Addr
-	for _, behaviour := range []string{"tree", "fill", "spin"} {
+	for _, behaviour := range []string{"tree", "fill", "spin", "clear", "copy", "random"} {
 		svc := env.CreateService(ctx, t, fw.ServiceSpec{Name: behaviour, Namespace: ns,
 			Annotations: map[string]string{"wasp.test/behaviour": behaviour}})
 		env.SetEndpoints(ctx, t, svc, v1.IPv4Protocol, fw.Ready("a-2")...)
@@ -58,6 +60,7 @@ func TestHostileModule(t *testing.T) {
 
 	// Keep probing while wasp keeps re-evaluating the hostile ports.
 	health := netip.AddrPortFrom(s.nodeA().IPv4, 10256)
+	gaps := watchHealth(s, health)
 	var maxRSS int64
 	endpoints := map[string]bool{"a-1": true, "b-1": true}
 	for i := range 30 {
@@ -99,11 +102,53 @@ func TestHostileModule(t *testing.T) {
 		}
 	}
 
-	// SIGTERM, not the SIGKILL that follows it after 10 s, ends wasp.
+	if gap := gaps(); gap > 2*time.Second {
+		t.Errorf("/healthz went %v without answering, want at most 2s", gap)
+	} else {
+		t.Logf("the longest time /healthz went without answering: %v", gap)
+	}
+
+	// SIGTERM, not the SIGKILL that follows it after 10 s, ends wasp,
+	// within 5 s.
+	stopping := time.Now()
 	w.Stop()
+	if took := time.Since(stopping); took > 5*time.Second {
+		t.Errorf("wasp took %v to stop on SIGTERM, want at most 5s", took)
+	} else {
+		t.Logf("wasp stopped %v after SIGTERM", took.Round(time.Millisecond))
+	}
 	_, err = w.Exited()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && exit.ProcessState.String() == "signal: killed" {
 		t.Fatalf("wasp did not stop on SIGTERM: %v", err)
+	}
+}
+
+// watchHealth asks /healthz at health every second until the returned
+// function is called, which returns the longest time between two answers
+// (or from the start to the first).
+func watchHealth(s *suite, health netip.AddrPort) func() time.Duration {
+	stop := make(chan struct{})
+	done := make(chan time.Duration, 1)
+	go func() {
+		last, longest := time.Now(), time.Duration(0)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- max(longest, time.Since(last))
+				return
+			case <-tick.C:
+			}
+			if code, _, _, err := getJSON(s, health, "/healthz"); err == nil && code == http.StatusOK {
+				longest = max(longest, time.Since(last))
+				last = time.Now()
+			}
+		}
+	}()
+	return func() time.Duration {
+		close(stop)
+		return <-done
 	}
 }
