@@ -123,6 +123,12 @@ type Backend struct {
 	lastFull time.Time
 	info     SyncInfo
 	closed   bool
+	// readbackLocked: the last drift check overlapped a Sync, so the
+	// next one reads back holding mu (CheckDrift).
+	readbackLocked bool
+	// verified are the chains the last drift check found the same as
+	// the plan, by name (CheckDrift).
+	verified map[string]verifiedChain
 	now      func() time.Time
 	stats    stats
 }
@@ -140,6 +146,7 @@ type stats struct {
 	skipped               int // syncs with nothing to write, and no restore
 	jumps                 int // jump rules the last full sync found missing and added
 	setAdds, setDels      int // hairpin set entries the last sync added and deleted
+	driftReadbacks        int // drift checks that read the tables back
 }
 
 // NewWithFake returns a Backend that programs f, an in-memory iptables of
@@ -512,39 +519,6 @@ func changedChains(old, rs *Ruleset) (write []*Chain, stale []string) {
 	}
 	slices.Sort(stale)
 	return write, stale
-}
-
-// CheckDrift reports the tables as drifted when the canary chain
-// (ChainCanary) of the nat or the filter table is gone: someone deleted
-// wasp's chains, as a firewall reload does; the next Sync is then a full
-// one. It costs one iptables call per table. Like upstream's canary, it
-// does not see a rule deleted or a chain flushed; the periodic full sync
-// repairs those. Nothing is checked before the first Sync or after a
-// failed one, whose next Sync is full anyway.
-func (b *Backend) CheckDrift(ctx context.Context) (*backends.Drift, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return nil, ErrClosed
-	}
-	if b.last == nil {
-		return nil, nil
-	}
-	var d backends.Drift
-	for _, table := range []string{TableNAT, TableFilter} {
-		ok, err := b.k.chainExists(ctx, table, ChainCanary)
-		if err != nil {
-			return nil, fmt.Errorf("iptables %s: look for chain %s of table %s: %w", b.cfg.family.String(), ChainCanary, table, err)
-		}
-		if !ok {
-			d.Add(backends.DriftChain, 1, "table "+table+": chain "+ChainCanary+" missing")
-		}
-	}
-	if d.Empty() {
-		return nil, nil
-	}
-	b.last = nil
-	return &d, nil
 }
 
 // Cleanup removes the jump rules to wasp's chains and every chain of

@@ -97,10 +97,16 @@
 // change meanwhile, writes nothing; after any failure, after Cleanup or
 // drift, and every Opts.FullSyncPeriod.
 //
-// CheckDrift (backends.DriftChecker) looks for the empty canary chain
-// WASP-PROXY-CANARY the plan has in nat and filter, as
-// upstream's KUBE-PROXY-CANARY: when a firewall reload deleted it, with
-// wasp's other chains, the next Sync is a full one.
+// CheckDrift (backends.DriftChecker, drift.go) reads both tables back
+// with iptables-save and compares every chain of wasp's, rule by rule,
+// and the jumps from the built-in chains with the last successful Sync's
+// plan, as a full sync does: a hand-deleted DNAT rule of one service
+// port, a flushed chain, a rule added, a chain added or missing, a jump
+// deleted, a firewall reload. Upstream only looks for its canary chain
+// (wasp's plan still has one, WASP-PROXY-CANARY). On drift the next Sync
+// is a full one, which writes the chains that differ. A check remembers
+// a hash of each rule line it found the same as the plan, so the next
+// one parses only the lines that changed.
 //
 // A failed restore returns an error wrapping ErrRestore (and
 // ErrPartialRestore after a partial sync) with the failing line. Each

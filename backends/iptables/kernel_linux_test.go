@@ -597,31 +597,68 @@ func TestKernelProbe(t *testing.T) {
 	})
 }
 
-// TestKernelDrift: a firewall reload that deletes wasp's chains is
-// noticed by CheckDrift, and the next Sync brings the service back.
+// TestKernelDrift: changes behind wasp's back that break a service port
+// are found by CheckDrift, with both variants: one DNAT rule of its
+// policy chain deleted, the chain flushed (iptables -D, -F), a firewall
+// reload that deletes wasp's chains; the next Sync brings the service
+// back.
 func TestKernelDrift(t *testing.T) {
 	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
 		ctx := context.Background()
-		b := nodeBackend(t, c.Nodes[0], v, backends.IPv4)
+		node := c.Nodes[0]
+		b := nodeBackend(t, node, v, backends.IPv4)
 		s := clusterState(c, svc("web", "10.96.0.10", func(s *backends.Service) {
-			s.Cluster = []backends.Endpoint{podEP(c.Pod("a1"), backends.IPv4, 1)}
+			s.Cluster = []backends.Endpoint{podEP(c.Pod("a1"), backends.IPv4, 1), podEP(c.Pod("a2"), backends.IPv4, 1)}
 		}))
-		syncOK(t, b, s)
-		if d, err := b.CheckDrift(ctx); d != nil || err != nil {
-			t.Fatalf("after a sync: %v, %v", d, err)
+		policy := newServiceChains(&s.Services[0]).svc
+		iptables := func(args ...string) func(t *testing.T) {
+			return func(t *testing.T) {
+				if out, err := node.NS.Command(ctx, "iptables-"+string(v), args...).CombinedOutput(); err != nil {
+					t.Fatalf("iptables %v: %v: %s", args, err, out)
+				}
+			}
 		}
-		if err := CleanupLeftovers(ctx, c.Nodes[0].NS.Path()); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ask(c.Client.NS, "tcp", cip10, 700*time.Millisecond); err == nil {
-			t.Fatal("the service answers after the reload")
-		}
-		if d, err := b.CheckDrift(ctx); err != nil || d.Objects[backends.DriftChain] != 2 {
-			t.Fatalf("after the reload: %+v, %v; want the two canaries missing", d, err)
-		}
-		syncOK(t, b, s)
-		if got := counts(t, c.Client.NS, "tcp", cip10, 3); got["a1"] != 3 {
-			t.Errorf("after the repair: answers %v", got)
+		for _, tc := range []struct {
+			name   string
+			meddle func(t *testing.T)
+			kind   string
+			broken bool // the service answers no more
+		}{
+			// Rule 1 of the policy chain marks for masquerade, rule 2
+			// DNATs to a1 with a probability of 1/2, rule 3 to a2.
+			{"DNAT rule deleted", iptables("-t", "nat", "-D", policy, "2"), backends.DriftRule, false},
+			{"policy chain flushed", iptables("-t", "nat", "-F", policy), backends.DriftRule, true},
+			{"firewall reload", func(t *testing.T) {
+				if err := CleanupLeftovers(ctx, node.NS.Path()); err != nil {
+					t.Fatal(err)
+				}
+			}, backends.DriftChain, true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				syncOK(t, b, s)
+				if d, err := b.CheckDrift(ctx); d != nil || err != nil {
+					t.Fatalf("after a sync: %v, %v", d, err)
+				}
+				tc.meddle(t)
+				if _, err := ask(c.Client.NS, "tcp", cip10, 700*time.Millisecond); tc.broken && err == nil {
+					t.Fatal("the service answers after the change")
+				}
+				d, err := b.CheckDrift(ctx)
+				if err != nil || d.Objects[tc.kind] == 0 {
+					t.Fatalf("after the change: %+v, %v; want %s drift", d, err, tc.kind)
+				}
+				t.Logf("found: %v %q", d.Objects, d.Examples)
+				if tc.name == "DNAT rule deleted" && !strings.Contains(d.Examples[0], "rule 2 differs") {
+					t.Errorf("examples %q: want rule 2 named", d.Examples)
+				}
+				syncOK(t, b, s)
+				if d, err := b.CheckDrift(ctx); d != nil || err != nil {
+					t.Errorf("after the repair: %v, %v", d, err)
+				}
+				if got := counts(t, c.Client.NS, "tcp", cip10, 20); got["a1"] == 0 || got["a2"] == 0 {
+					t.Errorf("after the repair: answers %v, want both endpoints", got)
+				}
+			})
 		}
 	})
 }

@@ -59,10 +59,11 @@ const (
 	// outside the cluster CIDRs, when there are more than one (a single
 	// one is matched by "! -s" in place).
 	ChainMasqOffCluster = Prefix + "MASQ-OFF-CLUSTER"
-	// ChainCanary (nat and filter): an empty chain of every plan, whose
-	// disappearance shows that the tables were flushed and
-	// their chains deleted behind wasp's back (a firewall reload), as
-	// upstream's KUBE-PROXY-CANARY (CheckDrift).
+	// ChainCanary (nat and filter): an empty chain of every plan, as
+	// upstream's KUBE-PROXY-CANARY, whose disappearance shows that the
+	// tables were flushed and their chains deleted behind wasp's back
+	// (a firewall reload). CheckDrift compares every chain, this one
+	// among them.
 	ChainCanary = Prefix + "PROXY-CANARY"
 )
 

@@ -177,6 +177,45 @@ type savedTable struct {
 	// that jump to one of wasp's.
 	jumps map[string][]string
 	err   error // of the first line that could not be read
+	// record: keep the hash of each rule line of the plan's chains
+	// (savedChain.lines), for the next drift check.
+	record bool
+}
+
+// verifiedChain is a chain of wasp's as a drift check last found it the
+// same as the plan: the hash of the plan's rules and of each rule line as
+// iptables-save showed it (lineHash). A later check compares a line whose
+// hash is the one at its position as the same, without parsing it, as
+// long as the plan's rules have the same hash.
+type verifiedChain struct {
+	want  uint64
+	lines []uint64
+}
+
+// lineHash is the 64-bit FNV-1a hash of s.
+func lineHash(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// rulesHash is the hash of a chain's rules, each ended by a newline.
+func rulesHash(rules []string) uint64 {
+	h := uint64(14695981039346656037)
+	for _, r := range rules {
+		for i := 0; i <= len(r); i++ {
+			b := byte('\n')
+			if i < len(r) {
+				b = r[i]
+			}
+			h ^= uint64(b)
+			h *= 1099511628211
+		}
+	}
+	return h
 }
 
 // savedChain is what the table holds of a chain of the plan.
@@ -185,6 +224,11 @@ type savedChain struct {
 	declared bool
 	rules    int  // of its rules read so far, all equal to want's
 	differs  bool // a rule differs, or cannot be compared
+	saved    int  // its rules in the table
+	// known are the line hashes of the chain's last verification, when
+	// the plan's rules are the same; lines those of the rules read so
+	// far, when the table records them.
+	known, lines []uint64
 }
 
 // newSavedTable returns a savedTable for the chains plan of a table;
@@ -195,6 +239,28 @@ func newSavedTable(plan []*Chain, wanted map[string]bool) *savedTable {
 		t.plan[c.Name] = &savedChain{want: c}
 	}
 	return t
+}
+
+// recordLines makes t keep the line hashes of the plan's chains and take
+// those of known (by chain name) as the same, where the plan's rules are
+// those known was verified against.
+func (t *savedTable) recordLines(known map[string]verifiedChain) {
+	t.record = true
+	for name, c := range t.plan {
+		if k, ok := known[name]; ok && k.want == rulesHash(c.want.Rules) {
+			c.known = k.lines
+		}
+	}
+}
+
+// verified returns the chains of the plan that t found the same, as
+// verifiedChains; t must record lines.
+func (t *savedTable) verified(into map[string]verifiedChain) {
+	for name, c := range t.plan {
+		if t.same(c.want) {
+			into[name] = verifiedChain{want: rulesHash(c.want.Rules), lines: c.lines}
+		}
+	}
 }
 
 // line reads one line of iptables-save output, without its newline.
@@ -214,15 +280,30 @@ func (t *savedTable) line(line string) {
 	case strings.HasPrefix(line, "-A "+Prefix):
 		chain, _, _ := strings.Cut(line[len("-A "):], " ")
 		c := t.plan[chain]
-		if c == nil || c.differs {
+		if c == nil {
 			return // a chain the plan lacks goes, whatever its rules
+		}
+		c.saved++
+		if c.differs {
+			return
+		}
+		var h uint64
+		if t.record {
+			h = lineHash(line)
+			if c.rules < len(c.known) && c.known[c.rules] == h && c.rules < len(c.want.Rules) {
+				c.rules++
+				c.lines = append(c.lines, h)
+				return
+			}
 		}
 		args, err := splitArgs(line)
 		if err != nil || len(args) < 2 {
 			t.err = fmt.Errorf("iptables-save line %q: %v", line, err)
 			return
 		}
-		c.read(args[2:])
+		if c.read(args[2:]) && t.record {
+			c.lines = append(c.lines, h)
+		}
 	case strings.HasPrefix(line, "-A ") && strings.Contains(line, " -j "+Prefix):
 		args, err := splitArgs(line)
 		if err != nil || len(args) < 2 {
@@ -236,23 +317,24 @@ func (t *savedTable) line(line string) {
 }
 
 // read compares the next rule of the chain, as iptables-save shows its
-// arguments, with the plan's.
-func (c *savedChain) read(saved []string) {
+// arguments, with the plan's, and reports whether they are the same.
+func (c *savedChain) read(saved []string) bool {
 	if c.rules == len(c.want.Rules) {
 		c.differs = true
-		return
+		return false
 	}
 	got, ok := canonRule(saved)
 	args, err := splitArgs(c.want.Rules[c.rules])
 	if !ok || err != nil {
 		c.differs = true
-		return
+		return false
 	}
 	if want, ok := canonRule(args); !ok || want != got {
 		c.differs = true
-		return
+		return false
 	}
 	c.rules++
+	return true
 }
 
 // same reports whether chain c of the plan is in the table with the same

@@ -3,9 +3,12 @@ package iptables
 import (
 	"context"
 	"errors"
+	"io"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -542,36 +545,152 @@ func TestFullSyncRemovesOtherOptions(t *testing.T) {
 	}
 }
 
-// TestCheckDrift: the drift check finds nothing until the canary chains
-// go (here with everything of wasp's, as a firewall reload does); then
-// it reports them, and the next Sync is a full one that rewrites it all.
+// TestCheckDrift: the drift check finds nothing until something changes
+// wasp's tables behind its back; then it reports what differs, named,
+// and the next Sync is a full one that brings the tables back exactly.
 func TestCheckDrift(t *testing.T) {
 	ctx := context.Background()
-	f := NewFake()
-	b := newFakeBackend(t, f, opts4)
-	if d, err := b.CheckDrift(ctx); d != nil || err != nil {
-		t.Fatalf("before a sync: %v, %v", d, err)
-	}
 	s := goldenState4()
-	if err := b.Sync(ctx, s); err != nil {
+	want := fresh(t, s)
+	// A DNAT rule of a service port's policy chain, as saved.
+	var dnat []string
+	for _, l := range strings.Split(fakeWith(t, s).Save(TableNAT), "\n") {
+		if strings.HasPrefix(l, "-A "+prefixSVC) && strings.Contains(l, "-j DNAT") {
+			var err error
+			if dnat, err = splitArgs(l); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if dnat == nil {
+		t.Fatal("no DNAT rule in the golden state's nat table")
+	}
+	svcChain := dnat[1]
+	for _, tc := range []struct {
+		name    string
+		meddle  func(t *testing.T, f *Fake)
+		objects map[string]int
+		example string // in one of the examples
+	}{{
+		name:    "DNAT rule deleted",
+		meddle:  func(t *testing.T, f *Fake) { meddle(t, f, TableNAT, "-D "+strings.Join(quoted(dnat[1:]), " ")) },
+		objects: map[string]int{backends.DriftRule: 1},
+		example: "table nat: chain " + svcChain + ": ",
+	}, {
+		name:    "service chain flushed",
+		meddle:  func(t *testing.T, f *Fake) { meddle(t, f, TableNAT, "-F "+svcChain) },
+		objects: map[string]int{backends.DriftRule: ruleCount(fakeWith(t, s), svcChain)},
+		example: "table nat: chain " + svcChain + ": 0 rules, want ",
+	}, {
+		name:    "rule added",
+		meddle:  func(t *testing.T, f *Fake) { meddle(t, f, TableFilter, "-A "+ChainServices+" -j ACCEPT") },
+		objects: map[string]int{backends.DriftRule: 1},
+		example: "table filter: chain " + ChainServices + ": ",
+	}, {
+		name:    "chain added",
+		meddle:  func(t *testing.T, f *Fake) { meddle(t, f, TableNAT, ":"+Prefix+"SVC-AAAAAAAAAAAAAAAA - [0:0]") },
+		objects: map[string]int{backends.DriftChain: 1},
+		example: "table nat: chain " + Prefix + "SVC-AAAAAAAAAAAAAAAA not programmed by wasp",
+	}, {
+		name: "jump deleted",
+		meddle: func(t *testing.T, f *Fake) {
+			for _, j := range anyJumps() {
+				if j.table == TableNAT && j.from == chainPrerouting {
+					if err := f.deleteRule(context.Background(), j.table, j.from, j.args()...); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		},
+		objects: map[string]int{backends.DriftRule: 1},
+		example: "table nat: chain PREROUTING: jump to " + ChainServices + " missing",
+	}, {
+		name: "firewall reload",
+		meddle: func(t *testing.T, f *Fake) {
+			if err := cleanup(context.Background(), f, "reload", TableNAT, TableFilter); err != nil {
+				t.Fatal(err)
+			}
+		},
+		objects: map[string]int{backends.DriftChain: len(chainRules(fakeWith(t, s))), backends.DriftRule: len(opts4Config(t).jumps())},
+		example: "table nat: chain " + ChainServices + " missing",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewFake()
+			b := newFakeBackend(t, f, opts4)
+			if d, err := b.CheckDrift(ctx); d != nil || err != nil {
+				t.Fatalf("before a sync: %v, %v", d, err)
+			}
+			if err := b.Sync(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := b.CheckDrift(ctx); d != nil || err != nil {
+				t.Fatalf("after a sync: %v, %v", d, err)
+			}
+			tc.meddle(t, f)
+			d, err := b.CheckDrift(ctx)
+			if err != nil || !maps.Equal(d.Objects, tc.objects) {
+				t.Fatalf("drift %+v, %v; want objects %v", d, err, tc.objects)
+			}
+			if !slices.ContainsFunc(d.Examples, func(e string) bool { return strings.Contains(e, tc.example) }) {
+				t.Errorf("examples %q: none names %q", d.Examples, tc.example)
+			}
+			if err := b.Sync(ctx, s); err != nil || !b.LastSync().Full {
+				t.Fatalf("the sync after drift: %v, full %v", err, b.LastSync().Full)
+			}
+			if got := f.Dump(); got != want {
+				t.Errorf("after the repair:\n%s", lineDiff(want, got))
+			}
+			if d, err := b.CheckDrift(ctx); d != nil || err != nil {
+				t.Errorf("after the repair: %v, %v", d, err)
+			}
+		})
+	}
+}
+
+// fakeWith returns a Fake programmed with s.
+func fakeWith(t *testing.T, s *backends.State) *Fake {
+	t.Helper()
+	f := NewFake()
+	if err := newFakeBackend(t, f, opts4).Sync(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := b.CheckDrift(ctx); d != nil || err != nil {
-		t.Fatalf("after a sync: %v, %v", d, err)
-	}
-	if err := cleanup(ctx, f, "reload", TableNAT, TableFilter); err != nil {
+	return f
+}
+
+// meddle applies commands to table of f, behind the Backend's back.
+func meddle(t *testing.T, f *Fake, table string, commands ...string) {
+	t.Helper()
+	in := "*" + table + "\n" + strings.Join(commands, "\n") + "\nCOMMIT\n"
+	if err := f.restore(context.Background(), func(w io.Writer) error { _, err := io.WriteString(w, in); return err }); err != nil {
 		t.Fatal(err)
 	}
-	d, err := b.CheckDrift(ctx)
-	if err != nil || d.Objects[backends.DriftChain] != 2 || len(d.Examples) != 2 {
-		t.Fatalf("after a reload: %+v, %v; want the two canaries missing", d, err)
+}
+
+// quoted quotes the arguments with a space for a restore line.
+func quoted(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a
+		if strings.Contains(a, " ") {
+			out[i] = strconv.Quote(a)
+		}
 	}
-	if err := b.Sync(ctx, s); err != nil || !b.LastSync().Full {
-		t.Fatalf("the sync after drift: %v, full %v", err, b.LastSync().Full)
+	return out
+}
+
+// ruleCount returns the rules of chain in f's nat table.
+func ruleCount(f *Fake, chain string) int {
+	return strings.Count(f.Save(TableNAT), "-A "+chain+" ")
+}
+
+func opts4Config(t *testing.T) config {
+	t.Helper()
+	cfg, err := opts4.config()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got, want := f.Dump(), fresh(t, s); got != want {
-		t.Errorf("after the repair:\n%s", lineDiff(want, got))
-	}
+	return cfg
 }
 
 // chainRules returns the rules of each chain of wasp's in f, as saved.
@@ -764,5 +883,48 @@ func TestHairpinSharedEndpoint(t *testing.T) {
 		if got := slices.Contains(f.setEntries(SetHairpin4), entry); got != step.in || (i > 0 && b.LastSync().Full) {
 			t.Errorf("step %d: entry in the set %v, want %v (full %v)", i, got, step.in, b.LastSync().Full)
 		}
+	}
+}
+
+// syncingSave is a Fake whose first save runs sync, as a Sync that
+// overlaps a drift check's read-back.
+type syncingSave struct {
+	*Fake
+	sync func()
+}
+
+func (k *syncingSave) save(ctx context.Context, table string, w io.Writer) error {
+	if f := k.sync; f != nil {
+		k.sync = nil
+		f()
+	}
+	return k.Fake.save(ctx, table, w)
+}
+
+// TestCheckDriftOverlappingSync: a Sync during a check's read-back is not
+// blocked by it (it would deadlock here), the check concludes nothing,
+// and the next check, which holds the lock, finds the drift.
+func TestCheckDriftOverlappingSync(t *testing.T) {
+	ctx := context.Background()
+	k := &syncingSave{Fake: NewFake()}
+	b, err := newBackend(opts4, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, changed := goldenState4(), changedCopy(goldenState4(), 0)
+	if err := b.Sync(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	meddle(t, k.Fake, TableNAT, ":"+Prefix+"SVC-AAAAAAAAAAAAAAAA - [0:0]") // left alone by partial syncs
+	synced := false
+	k.sync = func() { synced = b.Sync(ctx, changed) == nil }
+	if d, err := b.CheckDrift(ctx); err != nil || d != nil || !synced {
+		t.Fatalf("the check a Sync overlapped: %+v, %v; synced %v", d, err, synced)
+	}
+	if !b.readbackLocked {
+		t.Error("the next check will not hold the lock")
+	}
+	if d, err := b.CheckDrift(ctx); err != nil || d.Empty() || d.Objects[backends.DriftChain] != 1 || b.readbackLocked {
+		t.Fatalf("the next check: %+v, %v; want the chain added found", d, err)
 	}
 }
