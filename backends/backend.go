@@ -32,17 +32,61 @@ var ErrHousekeeping = errors.New("dataplane programmed but housekeeping failed")
 // Backend programs a node's dataplane from a desired State. Sync is
 // idempotent: calling it again with the same State changes nothing.
 type Backend interface {
-	// Sync makes the dataplane match s. On error the previous dataplane
-	// stays in place as far as the backend can ensure; the caller retries
-	// with a full resync. s and everything it points to may be shared with
-	// the caller and with earlier States: a backend may keep it (to diff
-	// the next one against) but must never modify it.
-	Sync(ctx context.Context, s *State) error
+	// Sync makes the dataplane match s, and returns what it did (also
+	// with an error: what it was doing when it failed). On error the
+	// previous dataplane stays in place as far as the backend can
+	// ensure; the caller retries with a full resync. s and everything
+	// it points to may be shared with the caller and with earlier
+	// States: a backend may keep it (to diff the next one against) but
+	// must never modify it.
+	Sync(ctx context.Context, s *State) (SyncResult, error)
 	// Cleanup removes everything the backend ever programmed.
 	Cleanup(ctx context.Context) error
 	// Close releases the backend's resources, leaving the dataplane as is.
 	Close() error
 }
+
+// SyncResult is what one Sync did, as far as its backend says, for
+// metrics: the sync loop hands it on with the Sync's error
+// (proxy.FamilySync). It travels with the call, so a backend wrapped in
+// another (the conntrack cleaner) reports it as well. The zero value says
+// nothing.
+type SyncResult struct {
+	// Kind is whether the Sync rewrote the whole dataplane or only what
+	// changed, also when it failed; SyncKindUnknown: the backend does
+	// not say.
+	Kind SyncKind
+	// Objects are, after a Sync that succeeded, the objects the backend
+	// owns, by the backend's grouping (iptables: rules, by table "filter"
+	// and "nat"); nil: not counted.
+	Objects map[string]int
+	// Written are the objects the Sync wrote, by the same grouping; nil:
+	// Objects after a full Sync (which writes them all), else not
+	// counted.
+	Written map[string]int
+	// Failure is the kind of failure of a Sync that returned an error.
+	Failure SyncFailure
+}
+
+// SyncKind is the kind of a Sync, for SyncResult.Kind.
+type SyncKind uint8
+
+const (
+	SyncKindUnknown SyncKind = iota // the backend does not say
+	SyncFull                        // the whole dataplane rewritten or compared
+	SyncPartial                     // only what changed written
+)
+
+// SyncFailure is the kind of a Sync's failure, for SyncResult.Failure.
+type SyncFailure uint8
+
+const (
+	// FailureOther: no failure, or one of no kind the backend names.
+	FailureOther SyncFailure = iota
+	// FailureApply: the kernel refused the Sync's changes as a whole
+	// (iptables-restore failed); the dataplane kept its previous state.
+	FailureApply
+)
 
 // Family is an IP family.
 type Family uint8

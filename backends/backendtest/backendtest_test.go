@@ -99,7 +99,7 @@ type sticky struct {
 	seen map[string]backends.Service
 }
 
-func (s *sticky) Sync(ctx context.Context, st *backends.State) error {
+func (s *sticky) Sync(ctx context.Context, st *backends.State) (backends.SyncResult, error) {
 	for _, v := range st.Services {
 		s.seen[v.Key] = v
 	}
@@ -115,7 +115,7 @@ func (s *sticky) Sync(ctx context.Context, st *backends.State) error {
 // meddler clears the NodeIPs of the State it is given.
 type meddler struct{ *fake.Fake }
 
-func (m meddler) Sync(ctx context.Context, st *backends.State) error {
+func (m meddler) Sync(ctx context.Context, st *backends.State) (backends.SyncResult, error) {
 	st.NodeIPs = nil
 	return m.Fake.Sync(ctx, st)
 }

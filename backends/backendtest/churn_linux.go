@@ -95,7 +95,7 @@ func (s *suite) churnOthers(t *testing.T) {
 	p := StartProber(t, l.Client.NS, l.node, ChurnProbed, 2)
 	n := ChurnSyncs(t)
 	for i := range n {
-		if err := b.Sync(context.Background(), ChurnState(r, 20, pods, probed...)); err != nil {
+		if _, err := b.Sync(context.Background(), ChurnState(r, 20, pods, probed...)); err != nil {
 			p.Stop()
 			t.Fatalf("sync %d: %v", i, err)
 		}
@@ -124,7 +124,7 @@ func (s *suite) churnEndpoints(t *testing.T) {
 	p := StartProber(t, l.Client.NS, l.node, ChurnProbed, 2)
 	n := ChurnSyncs(t)
 	for i := range n {
-		if err := b.Sync(context.Background(), ChurnState(r, 5, pods, endpoints()...)); err != nil {
+		if _, err := b.Sync(context.Background(), ChurnState(r, 5, pods, endpoints()...)); err != nil {
 			p.Stop()
 			t.Fatalf("sync %d: %v", i, err)
 		}

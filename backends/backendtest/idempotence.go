@@ -54,7 +54,7 @@ func (s *suite) idempotent(t *testing.T, netns string, st *backends.State) {
 	orig := st.Clone()
 	b := s.h.New(t, st.Family, netns)
 	defer b.Close()
-	if err := b.Sync(ctx, st); err != nil {
+	if _, err := b.Sync(ctx, st); err != nil {
 		t.Fatalf("first sync: %v", err)
 	}
 	first := s.h.Dump(t, b)
@@ -65,7 +65,7 @@ func (s *suite) idempotent(t *testing.T, netns string, st *backends.State) {
 		{"the same State", st},
 		{"a deep copy", st.Clone()},
 	} {
-		if err := b.Sync(ctx, again.st); err != nil {
+		if _, err := b.Sync(ctx, again.st); err != nil {
 			t.Fatalf("sync of %s again: %v", again.name, err)
 		}
 		if got := s.h.Dump(t, b); got != first {

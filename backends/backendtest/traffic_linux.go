@@ -109,7 +109,7 @@ func (l *lab) ep(p string, family backends.Family, w uint32) backends.Endpoint {
 
 func syncOK(t *testing.T, b backends.Backend, s *backends.State) {
 	t.Helper()
-	if err := b.Sync(context.Background(), s); err != nil {
+	if _, err := b.Sync(context.Background(), s); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
 }

@@ -96,7 +96,7 @@ func (s *suite) fresh(t *testing.T, netns string, st *backends.State) string {
 	t.Helper()
 	b := s.h.New(t, st.Family, netns)
 	defer b.Close()
-	if err := b.Sync(context.Background(), st); err != nil {
+	if _, err := b.Sync(context.Background(), st); err != nil {
 		t.Fatalf("fresh backend: sync: %v", err)
 	}
 	d := s.h.Dump(t, b)
@@ -122,7 +122,7 @@ func (s *suite) replay(t *testing.T, netns string, states []*backends.State, wan
 	b := s.h.New(t, states[0].Family, netns)
 	defer b.Close()
 	for step, i := range order {
-		if err := b.Sync(context.Background(), states[i]); err != nil {
+		if _, err := b.Sync(context.Background(), states[i]); err != nil {
 			t.Fatalf("%s, step %d (state %d): sync: %v", name, step, i, err)
 		}
 		if got := s.h.Dump(t, b); got != want[i] {

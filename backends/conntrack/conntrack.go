@@ -93,10 +93,13 @@ type Backend struct {
 var _ backends.Backend = (*Backend)(nil)
 
 // New returns a Backend that syncs inner and then cleans the conntrack
-// table of opts.Family. It opens a netlink socket (in opts.NetNS, if
-// given) at once, so a missing namespace or permission fails here rather
-// than at the first Sync.
-func New(inner backends.Backend, opts Opts) (*Backend, error) {
+// table of opts.Family: a *Backend, or a *CheckingBackend when inner is a
+// backends.DriftChecker, so that the result checks for drift exactly when
+// inner does (and the sync loop checks exactly the dataplanes that can be
+// checked). It opens a
+// netlink socket (in opts.NetNS, if given) at once, so a missing
+// namespace or permission fails here rather than at the first Sync.
+func New(inner backends.Backend, opts Opts) (backends.Backend, error) {
 	if err := validate(inner, opts); err != nil {
 		return nil, err
 	}
@@ -104,7 +107,7 @@ func New(inner backends.Backend, opts Opts) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("conntrack: %w", err)
 	}
-	return newBackend(inner, opts, t), nil
+	return newBackend(inner, opts, t).checking(), nil
 }
 
 func validate(inner backends.Backend, opts Opts) error {
@@ -132,21 +135,23 @@ func newBackend(inner backends.Backend, opts Opts, t table) *Backend {
 //
 // An error of the wrapped backend is returned as is, and no cleanup runs.
 // A cleanup failure is returned wrapping ErrCleanup; the dataplane is
-// programmed all the same. A State of another family than Opts.Family is
-// refused before anything is synced.
-func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
+// programmed all the same. The SyncResult is the wrapped backend's. A
+// State of another family than Opts.Family is refused before anything is
+// synced.
+func (b *Backend) Sync(ctx context.Context, s *backends.State) (backends.SyncResult, error) {
 	if s == nil {
-		return errors.New("conntrack: nil state")
+		return backends.SyncResult{}, errors.New("conntrack: nil state")
 	}
 	if s.Family != b.family {
-		return fmt.Errorf("conntrack: state of IP family %d given to the cleaner of family %d", s.Family, b.family)
+		return backends.SyncResult{}, fmt.Errorf("conntrack: state of IP family %d given to the cleaner of family %d", s.Family, b.family)
 	}
 	b.syncMu.Lock()
 	defer b.syncMu.Unlock()
-	if err := b.inner.Sync(ctx, s); err != nil {
-		return err
+	r, err := b.inner.Sync(ctx, s)
+	if err != nil {
+		return r, err
 	}
-	return b.reconcile(ctx, s)
+	return r, b.reconcile(ctx, s)
 }
 
 // reconcile deletes the stale entries of s.Family and records the stats.
@@ -226,15 +231,29 @@ func familyName(f backends.Family) (string, bool) {
 	return "", false
 }
 
-var _ backends.DriftChecker = (*Backend)(nil)
+// CheckingBackend is the Backend that New returns when the wrapped
+// backend is a backends.DriftChecker: its CheckDrift is the wrapped
+// backend's. Conntrack entries are not part of the check.
+type CheckingBackend struct {
+	*Backend
+	dc backends.DriftChecker
+}
 
-// CheckDrift checks the wrapped backend's dataplane for drift when it can
-// (backends.DriftChecker), and reports none when it cannot. Conntrack
-// entries are not part of the check.
-func (b *Backend) CheckDrift(ctx context.Context) (*backends.Drift, error) {
-	dc, ok := b.inner.(backends.DriftChecker)
-	if !ok {
-		return nil, nil
+var (
+	_ backends.Backend      = (*CheckingBackend)(nil)
+	_ backends.DriftChecker = (*CheckingBackend)(nil)
+)
+
+// CheckDrift checks the wrapped backend's dataplane for drift.
+func (b *CheckingBackend) CheckDrift(ctx context.Context) (*backends.Drift, error) {
+	return b.dc.CheckDrift(ctx)
+}
+
+// checking returns b as a CheckingBackend when the backend it wraps is a
+// backends.DriftChecker, else b.
+func (b *Backend) checking() backends.Backend {
+	if dc, ok := b.inner.(backends.DriftChecker); ok {
+		return &CheckingBackend{Backend: b, dc: dc}
 	}
-	return dc.CheckDrift(ctx)
+	return b
 }

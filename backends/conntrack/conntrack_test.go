@@ -1,8 +1,10 @@
 package conntrack
 
 import (
+	"context"
 	"errors"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -175,7 +177,7 @@ func TestSyncDeletesStale(t *testing.T) {
 			if tt.state != nil {
 				s = tt.state()
 			}
-			if err := b.Sync(ctx, s); err != nil {
+			if _, err := b.Sync(ctx, s); err != nil {
 				t.Fatalf("Sync: %v", err)
 			}
 			if inner.State(backends.IPv4) == nil {
@@ -234,7 +236,7 @@ func TestSyncWholeTable(t *testing.T) {
 	tbl.add(backends.IPv6, v6Flow())
 	v6Before := tbl.Dump(backends.IPv6)
 
-	if err := b.Sync(ctx, dnsState()); err != nil {
+	if _, err := b.Sync(ctx, dnsState()); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
 	want := strings.Join([]string{
@@ -254,7 +256,7 @@ func TestSyncWholeTable(t *testing.T) {
 	}
 
 	// Same State again: nothing left to delete.
-	if err := b.Sync(ctx, dnsState()); err != nil {
+	if _, err := b.Sync(ctx, dnsState()); err != nil {
 		t.Fatalf("second Sync: %v", err)
 	}
 	if got := tbl.Dump(backends.IPv4); got != want {
@@ -277,7 +279,7 @@ func TestSyncIPv6(t *testing.T) {
 	s := &backends.State{Family: backends.IPv6, Services: []backends.Service{
 		service("dns:53/UDP", "UDP", "fd00:96::10", 53, func(s *backends.Service) { s.Serving = addrs("fd00:244:1::5") }),
 	}}
-	if err := b.Sync(ctx, s); err != nil {
+	if _, err := b.Sync(ctx, s); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
 	if got, want := tbl.Dump(backends.IPv6), keep.String(); got != want {
@@ -293,7 +295,7 @@ func TestInnerFailureSkipsCleanup(t *testing.T) {
 	boom := errors.New("boom")
 	inner.FailNextSync(boom)
 
-	err := b.Sync(ctx, dnsState())
+	_, err := b.Sync(ctx, dnsState())
 	if !errors.Is(err, boom) {
 		t.Fatalf("Sync error = %v, want the inner backend's", err)
 	}
@@ -315,7 +317,7 @@ func TestCleanupFailure(t *testing.T) {
 	boom := errors.New("netlink says no")
 	tbl.failNext = boom
 
-	err := b.Sync(ctx, dnsState())
+	_, err := b.Sync(ctx, dnsState())
 	if !errors.Is(err, ErrCleanup) || !errors.Is(err, boom) || !errors.Is(err, backends.ErrHousekeeping) {
 		t.Fatalf("Sync error = %v, want ErrCleanup (a backends.ErrHousekeeping) wrapping the table's error", err)
 	}
@@ -330,7 +332,7 @@ func TestCleanupFailure(t *testing.T) {
 	}
 
 	// The reconciler keeps no state: the next Sync simply runs again.
-	if err := b.Sync(ctx, dnsState()); err != nil {
+	if _, err := b.Sync(ctx, dnsState()); err != nil {
 		t.Fatalf("second Sync: %v", err)
 	}
 }
@@ -359,12 +361,12 @@ func TestObserver(t *testing.T) {
 	boom := errors.New("netlink says no")
 
 	tbl.add(backends.IPv4, udp(dnsIP, 53, podOld, 5353), udp(dnsIP, 53, podOld, 5354))
-	_ = b.Sync(ctx, dnsState())
+	_, _ = b.Sync(ctx, dnsState())
 	tbl.add(backends.IPv4, udp(dnsIP, 53, podOld, 5355))
 	tbl.failNext = boom
-	_ = b.Sync(ctx, dnsState())
+	_, _ = b.Sync(ctx, dnsState())
 	inner.FailNextSync(errors.New("nft says no"))
-	_ = b.Sync(ctx, dnsState())
+	_, _ = b.Sync(ctx, dnsState())
 
 	want := observer{{backends.IPv4, 2, nil}, {backends.IPv4, 1, boom}}
 	if !slices.Equal(obs, want) {
@@ -377,7 +379,7 @@ func TestNoUDPServiceSkipsScan(t *testing.T) {
 	b, _, tbl := newTestBackend(t, backends.IPv4)
 	s := dnsState()
 	s.Services = s.Services[1:] // TCP only
-	if err := b.Sync(ctx, s); err != nil {
+	if _, err := b.Sync(ctx, s); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
 	if tbl.scans != 0 {
@@ -391,13 +393,13 @@ func TestNoUDPServiceSkipsScan(t *testing.T) {
 func TestSyncRefusesOtherFamily(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	b, inner, _ := newTestBackend(t, backends.IPv6)
-	if err := b.Sync(ctx, dnsState()); err == nil {
+	if _, err := b.Sync(ctx, dnsState()); err == nil {
 		t.Fatal("Sync of an IPv4 State by the IPv6 cleaner succeeded")
 	}
 	if inner.Counts().Syncs != 0 {
 		t.Error("inner backend synced a State of the wrong family")
 	}
-	if err := b.Sync(ctx, nil); err == nil {
+	if _, err := b.Sync(ctx, nil); err == nil {
 		t.Error("Sync(nil) succeeded")
 	}
 }
@@ -432,7 +434,7 @@ func TestNewValidates(t *testing.T) {
 func TestCleanupAndCloseDelegate(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	b, inner, tbl := newTestBackend(t, backends.IPv4)
-	if err := b.Sync(ctx, dnsState()); err != nil {
+	if _, err := b.Sync(ctx, dnsState()); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
 	if err := b.Cleanup(ctx); err != nil {
@@ -446,5 +448,44 @@ func TestCleanupAndCloseDelegate(t *testing.T) {
 	}
 	if !tbl.closed {
 		t.Error("table not closed")
+	}
+}
+
+// checker is a Backend that checks for drift, and reports drift.
+type checker struct{ *backendfake.Fake }
+
+func (checker) CheckDrift(context.Context) (*backends.Drift, error) {
+	d := &backends.Drift{}
+	d.Add(backends.DriftRule, 1, "rule missing")
+	return d, nil
+}
+
+// TestDriftCheckerExactly: the cleaner is a backends.DriftChecker
+// exactly when the backend it wraps is one, and its check is the
+// wrapped backend's.
+func TestDriftCheckerExactly(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		inner backends.Backend
+	}{
+		{"not a checker", backendfake.New()},
+		{"a checker", checker{backendfake.New()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBackend(tc.inner, Opts{Family: backends.IPv4}, newFakeTable()).checking()
+			innerDC, want := tc.inner.(backends.DriftChecker)
+			dc, got := b.(backends.DriftChecker)
+			if got != want {
+				t.Fatalf("the cleaner is a DriftChecker: %v, the wrapped backend: %v", got, want)
+			}
+			if !got {
+				return
+			}
+			d, err := dc.CheckDrift(context.Background())
+			wd, _ := innerDC.CheckDrift(context.Background())
+			if err != nil || !reflect.DeepEqual(d, wd) {
+				t.Errorf("CheckDrift: %+v, %v; want the wrapped backend's %+v", d, err, wd)
+			}
+		})
 	}
 }

@@ -100,7 +100,7 @@ func TestKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if err := b.Sync(ctx, state); err != nil {
+	if _, err := b.Sync(ctx, state); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
 
@@ -110,7 +110,7 @@ func TestKernel(t *testing.T) {
 	if got, want := dump(list(t, h, backends.IPv6)), v6.String(); got != want {
 		t.Errorf("IPv6 conntrack table after an IPv4 Sync:\n%s\nwant:\n%s", got, want)
 	}
-	if got := b.Stats(); got.DeletedEntries != wantDeleted || got.Failures != 0 {
+	if got := b.(*Backend).Stats(); got.DeletedEntries != wantDeleted || got.Failures != 0 {
 		t.Errorf("Stats = %+v, want %d deleted and no failure", got, wantDeleted)
 	}
 }

@@ -221,7 +221,7 @@ func TestEveryFieldCarried(t *testing.T) {
 func TestSyncKeepsEveryField(t *testing.T) {
 	f := fake.New()
 	s := fullState()
-	if err := f.Sync(t.Context(), s); err != nil {
+	if _, err := f.Sync(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.State(backends.IPv4); !reflect.DeepEqual(got, s) {

@@ -53,8 +53,9 @@ func New() *Fake {
 // programmed State of s.Family. On any error the programmed State is left
 // as it was. An error set with FailNextSync is returned first, without
 // looking at s; then a canceled ctx, a closed Fake, and a State that breaks
-// the contract (wrapping ErrInvalidState, naming every problem).
-func (f *Fake) Sync(ctx context.Context, s *backends.State) error {
+// the contract (wrapping ErrInvalidState, naming every problem). Its
+// SyncResult says nothing.
+func (f *Fake) Sync(ctx context.Context, s *backends.State) (backends.SyncResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.counts.Syncs++
@@ -62,7 +63,7 @@ func (f *Fake) Sync(ctx context.Context, s *backends.State) error {
 	if err != nil {
 		f.counts.FailedSyncs++
 	}
-	return err
+	return backends.SyncResult{}, err
 }
 
 func (f *Fake) sync(ctx context.Context, s *backends.State) error {

@@ -136,7 +136,7 @@ func TestDumpGolden(t *testing.T) {
 	f := fake.New()
 	ctx := context.Background()
 	for _, s := range []*backends.State{ipv6State(), goldenState()} {
-		if err := f.Sync(ctx, s); err != nil {
+		if _, err := f.Sync(ctx, s); err != nil {
 			t.Fatalf("Sync: %v", err)
 		}
 	}
@@ -148,7 +148,7 @@ func TestDumpGolden(t *testing.T) {
 func TestSyncStoresDeepCopy(t *testing.T) {
 	f := fake.New()
 	s := goldenState()
-	if err := f.Sync(context.Background(), s); err != nil {
+	if _, err := f.Sync(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
 	want := f.Dump()
@@ -211,13 +211,13 @@ func TestSyncInvalid(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := fake.New()
 			ctx := context.Background()
-			if err := f.Sync(ctx, goldenState()); err != nil {
+			if _, err := f.Sync(ctx, goldenState()); err != nil {
 				t.Fatal(err)
 			}
 			before := f.Dump()
 			s := goldenState()
 			tt.state(s)
-			err := f.Sync(ctx, s)
+			_, err := f.Sync(ctx, s)
 			if !errors.Is(err, fake.ErrInvalidState) {
 				t.Fatalf("Sync error %v, want ErrInvalidState", err)
 			}
@@ -234,7 +234,7 @@ func TestSyncInvalid(t *testing.T) {
 			}
 		})
 	}
-	if err := fake.New().Sync(context.Background(), nil); !errors.Is(err, fake.ErrInvalidState) {
+	if _, err := fake.New().Sync(context.Background(), nil); !errors.Is(err, fake.ErrInvalidState) {
 		t.Errorf("Sync(nil) = %v, want ErrInvalidState", err)
 	}
 }
@@ -248,7 +248,7 @@ func TestLifecycle(t *testing.T) {
 
 	boom := errors.New("boom")
 	f.FailNextSync(boom)
-	if err := f.Sync(ctx, goldenState()); !errors.Is(err, boom) {
+	if _, err := f.Sync(ctx, goldenState()); !errors.Is(err, boom) {
 		t.Errorf("Sync after FailNextSync = %v, want boom", err)
 	}
 	if f.Dump() != "" {
@@ -256,11 +256,11 @@ func TestLifecycle(t *testing.T) {
 	}
 	// The failure is for one Sync only; the retry succeeds, twice.
 	for range 2 {
-		if err := f.Sync(ctx, goldenState()); err != nil {
+		if _, err := f.Sync(ctx, goldenState()); err != nil {
 			t.Fatalf("Sync: %v", err)
 		}
 	}
-	if err := f.Sync(ctx, ipv6State()); err != nil {
+	if _, err := f.Sync(ctx, ipv6State()); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
 	if got := f.Dump(); got != goldenDump {
@@ -269,7 +269,7 @@ func TestLifecycle(t *testing.T) {
 
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := f.Sync(canceled, goldenState()); !errors.Is(err, context.Canceled) {
+	if _, err := f.Sync(canceled, goldenState()); !errors.Is(err, context.Canceled) {
 		t.Errorf("Sync with a canceled context = %v", err)
 	}
 
@@ -279,7 +279,7 @@ func TestLifecycle(t *testing.T) {
 	if f.Dump() != "" || f.State(backends.IPv4) != nil {
 		t.Errorf("Cleanup left %q", f.Dump())
 	}
-	if err := f.Sync(ctx, goldenState()); err != nil {
+	if _, err := f.Sync(ctx, goldenState()); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Close(); err != nil {
@@ -288,7 +288,7 @@ func TestLifecycle(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if err := f.Sync(ctx, goldenState()); !errors.Is(err, fake.ErrClosed) {
+	if _, err := f.Sync(ctx, goldenState()); !errors.Is(err, fake.ErrClosed) {
 		t.Errorf("Sync after Close = %v, want ErrClosed", err)
 	}
 	if err := f.Cleanup(ctx); !errors.Is(err, fake.ErrClosed) {
@@ -337,7 +337,7 @@ func TestTransitions(t *testing.T) {
 	fresh := make([]string, len(states))
 	for i, s := range states {
 		f := fake.New()
-		if err := f.Sync(context.Background(), s); err != nil {
+		if _, err := f.Sync(context.Background(), s); err != nil {
 			t.Fatalf("state %d: %v", i, err)
 		}
 		fresh[i] = f.Dump()
@@ -348,7 +348,7 @@ func TestTransitions(t *testing.T) {
 		f := fake.New()
 		var v4, v6 string // the last dump of each family: Sync touches its own only
 		for _, i := range order {
-			if err := f.Sync(context.Background(), states[i]); err != nil {
+			if _, err := f.Sync(context.Background(), states[i]); err != nil {
 				t.Fatalf("state %d: %v", i, err)
 			}
 			if states[i].Family == backends.IPv4 {

@@ -187,9 +187,34 @@ func (b *Backend) LastSync() SyncInfo {
 // changed, and deletes the chains of service ports that changed or left,
 // or runs nothing when no rule changed. On error the tables keep their
 // rules and the next Sync is full.
-func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
+//
+// Its SyncResult says whether the Sync was full or partial, the rules of
+// wasp's chains by table after it and the rules its restore wrote (as
+// LastSync), or, on error, whether a partial restore failed (SyncPartial)
+// or anything else (SyncFull, as the next Sync is), and FailureApply
+// when iptables-restore failed (ErrRestore).
+func (b *Backend) Sync(ctx context.Context, s *backends.State) (backends.SyncResult, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err := b.sync(ctx, s); err != nil {
+		r := backends.SyncResult{Kind: backends.SyncFull}
+		if errors.Is(err, ErrPartialRestore) {
+			r.Kind = backends.SyncPartial
+		}
+		if errors.Is(err, ErrRestore) {
+			r.Failure = backends.FailureApply
+		}
+		return r, err
+	}
+	r := backends.SyncResult{Kind: backends.SyncPartial, Objects: maps.Clone(b.info.Rules), Written: maps.Clone(b.info.Written)}
+	if b.info.Full {
+		r.Kind = backends.SyncFull
+	}
+	return r, nil
+}
+
+// sync is Sync, with mu held.
+func (b *Backend) sync(ctx context.Context, s *backends.State) error {
 	if b.closed {
 		return ErrClosed
 	}

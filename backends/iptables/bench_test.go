@@ -52,7 +52,7 @@ func BenchmarkFullPlan(b *testing.B) {
 func fullSync(b *testing.B, s *backends.State) int {
 	f := NewFake()
 	be := newFakeBackend(b, f, benchOpts)
-	if err := be.Sync(context.Background(), s); err != nil {
+	if _, err := be.Sync(context.Background(), s); err != nil {
 		b.Fatal(err)
 	}
 	return len(f.lastRestore())
@@ -97,7 +97,7 @@ func BenchmarkOneServiceChangeSyncFake(b *testing.B) {
 	f := NewFake()
 	be := newFakeBackend(b, f, benchOpts)
 	ctx := context.Background()
-	if err := be.Sync(ctx, s); err != nil {
+	if _, err := be.Sync(ctx, s); err != nil {
 		b.Fatal(err)
 	}
 	syncChanges(b, be, s, full)
@@ -111,7 +111,7 @@ func syncChanges(b *testing.B, be *Backend, s *backends.State, full time.Duratio
 	states := []*backends.State{changedCopy(s, len(s.Services)/2), s}
 	n := 0
 	for b.Loop() {
-		if err := be.Sync(context.Background(), states[n%2]); err != nil {
+		if _, err := be.Sync(context.Background(), states[n%2]); err != nil {
 			b.Fatal(err)
 		}
 		n++

@@ -71,7 +71,7 @@ func BenchmarkKernelFullSync(b *testing.B) {
 					b.StopTimer()
 					be := kernelBenchBackend(b, v, kernelBenchNS(b, v))
 					b.StartTimer()
-					if err := be.Sync(context.Background(), s); err != nil {
+					if _, err := be.Sync(context.Background(), s); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -111,7 +111,7 @@ func BenchmarkKernelRestartSync(b *testing.B) {
 					b.StopTimer() // the binaries' version checks are not the sync's
 					be := kernelBenchBackend(b, v, ns)
 					b.StartTimer()
-					if err := be.Sync(ctx, s); err != nil {
+					if _, err := be.Sync(ctx, s); err != nil {
 						b.Fatal(err)
 					}
 					written = be.stats.written
@@ -127,7 +127,7 @@ func BenchmarkKernelRestartSync(b *testing.B) {
 // timedSync syncs be with s and returns how long it took.
 func timedSync(b *testing.B, be *Backend, s *backends.State) time.Duration {
 	start := time.Now()
-	if err := be.Sync(context.Background(), s); err != nil {
+	if _, err := be.Sync(context.Background(), s); err != nil {
 		b.Fatal(err)
 	}
 	return time.Since(start)
@@ -155,7 +155,7 @@ func BenchmarkKernelSyncMemory(b *testing.B) {
 				m.Start()
 				be := kernelBenchBackend(b, v, netns)
 				b.StartTimer()
-				if err := be.Sync(context.Background(), s); err != nil {
+				if _, err := be.Sync(context.Background(), s); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()
@@ -170,7 +170,7 @@ func BenchmarkKernelSyncMemory(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("%s/restart", v), func(b *testing.B) {
 			ns := kernelBenchNS(b, v)
-			if err := kernelBenchBackend(b, v, ns).Sync(context.Background(), s); err != nil {
+			if _, err := kernelBenchBackend(b, v, ns).Sync(context.Background(), s); err != nil {
 				b.Fatal(err)
 			}
 			measure(b, func() string { return ns })
@@ -198,7 +198,7 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 			ctx := context.Background()
 			be := kernelBenchBackend(b, v, kernelBenchNS(b, v))
 			full := measure(func() {
-				if err := be.Sync(ctx, s); err != nil {
+				if _, err := be.Sync(ctx, s); err != nil {
 					b.Fatal(err)
 				}
 			})

@@ -73,7 +73,7 @@ func TestKernelSyncKeepsNewConnections(t *testing.T) {
 				b.lastFull = time.Time{} // the next Sync is a full one
 				full++
 			}
-			if err := b.Sync(context.Background(), churnState(c, r, 20)); err != nil {
+			if _, err := b.Sync(context.Background(), churnState(c, r, 20)); err != nil {
 				st.Stop()
 				t.Fatalf("sync %d: %v", i, err)
 			}
@@ -148,7 +148,7 @@ func TestKernelEndpointChangeKeepsNewConnections(t *testing.T) {
 				if i%10 == 9 {
 					b6.lastFull = time.Time{}
 				}
-				if err := b6.Sync(context.Background(), bt.To6(churnState(c, r6, 20))); err != nil {
+				if _, err := b6.Sync(context.Background(), bt.To6(churnState(c, r6, 20))); err != nil {
 					done6 <- err
 					return
 				}
@@ -163,7 +163,7 @@ func TestKernelEndpointChangeKeepsNewConnections(t *testing.T) {
 			if i%10 == 9 {
 				b.lastFull = time.Time{}
 			}
-			if err := b.Sync(context.Background(), state()); err != nil {
+			if _, err := b.Sync(context.Background(), state()); err != nil {
 				st.Stop()
 				t.Fatalf("sync %d: %v", i, err)
 			}

@@ -101,7 +101,7 @@ func nodeBackend(t *testing.T, n *netlab.Node, v xtables.Variant, family backend
 
 func syncOK(t *testing.T, b *Backend, s *backends.State) {
 	t.Helper()
-	if err := b.Sync(context.Background(), s); err != nil {
+	if _, err := b.Sync(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -155,7 +155,7 @@ func TestKernelGoldenLoads(t *testing.T) {
 	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
 		for _, s := range []*backends.State{goldenState4(), goldenState6()} {
 			b := nodeBackend(t, c.Nodes[0], v, s.Family)
-			if err := b.Sync(context.Background(), s); err != nil {
+			if _, err := b.Sync(context.Background(), s); err != nil {
 				t.Fatalf("%s: %v", s.Family, err)
 			}
 			syncOK(t, b, s)
@@ -462,7 +462,7 @@ func TestKernelRestoreFailure(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := savedChains(t, c.Nodes[0], v, TableNAT)
-		err = b.Sync(ctx, clusterState(c, web))
+		_, err = b.Sync(ctx, clusterState(c, web))
 		var le *LineError
 		if !errors.Is(err, ErrRestore) || !errors.Is(err, ErrPartialRestore) || !errors.As(err, &le) || !strings.HasPrefix(le.Text, "-X ") {
 			t.Fatalf("got %v, want a partial restore failure at the -X line", err)
@@ -474,7 +474,7 @@ func TestKernelRestoreFailure(t *testing.T) {
 		if got := counts(t, c.Client.NS, "tcp", netip.MustParseAddrPort("10.96.0.20:80"), 3); got["a1"] != 3 {
 			t.Errorf("the other service after the failure: %v", got)
 		}
-		if err := b.Sync(ctx, clusterState(c, web)); !errors.Is(err, ErrRestore) || errors.Is(err, ErrPartialRestore) {
+		if _, err := b.Sync(ctx, clusterState(c, web)); !errors.Is(err, ErrRestore) || errors.Is(err, ErrPartialRestore) {
 			t.Fatalf("the retry: got %v, want a full sync's failure", err)
 		}
 		if err := r.DeleteRule(ctx, TableNAT, chainPrerouting, pin...); err != nil {

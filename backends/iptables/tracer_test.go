@@ -361,7 +361,7 @@ func syncedFake(t *testing.T, o Opts, s *backends.State) *Fake {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Sync(context.Background(), s); err != nil {
+	if _, err := b.Sync(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
 	return f

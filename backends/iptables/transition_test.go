@@ -34,7 +34,7 @@ var opts4 = Opts{Family: backends.IPv4, LocalhostNodePorts: true}
 func fresh(t testing.TB, s *backends.State) string {
 	t.Helper()
 	f := NewFake()
-	if err := newFakeBackend(t, f, opts4).Sync(context.Background(), s); err != nil {
+	if _, err := newFakeBackend(t, f, opts4).Sync(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
 	return f.Dump()
@@ -98,10 +98,10 @@ func TestPartialSyncWritesOnlyChanges(t *testing.T) {
 	f := NewFake()
 	b := newFakeBackend(t, f, opts4)
 	s := goldenState4()
-	if err := b.Sync(ctx, s); err != nil {
+	if _, err := b.Sync(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Sync(ctx, s.Clone()); err != nil {
+	if _, err := b.Sync(ctx, s.Clone()); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.restores) != 1 || b.stats.skipped != 1 || b.stats.setAdds+b.stats.setDels != 0 {
@@ -112,7 +112,7 @@ func TestPartialSyncWritesOnlyChanges(t *testing.T) {
 	web := &s2.Services[slices.IndexFunc(s2.Services, func(v backends.Service) bool { return v.Name == "web" })]
 	old := web.Cluster[1]
 	web.Cluster[1] = ep("10.244.3.10", 1)
-	if err := b.Sync(ctx, s2); err != nil {
+	if _, err := b.Sync(ctx, s2); err != nil {
 		t.Fatal(err)
 	}
 	n := newServiceChains(web)
@@ -158,7 +158,7 @@ func TestPartialSyncWritesOnlyChanges(t *testing.T) {
 		s.NodePort = 30030
 		s.Cluster = []backends.Endpoint{ep("10.244.2.30", 1)}
 	})))
-	if err := b.Sync(ctx, s3); err != nil {
+	if _, err := b.Sync(ctx, s3); err != nil {
 		t.Fatal(err)
 	}
 	in = f.lastRestore()
@@ -185,7 +185,7 @@ func TestFullSyncRemovesLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := newFakeBackend(t, f, opts4)
-	if err := b.Sync(ctx, goldenState4()); err != nil {
+	if _, err := b.Sync(ctx, goldenState4()); err != nil {
 		t.Fatal(err)
 	}
 	got := f.Dump()
@@ -209,11 +209,11 @@ func TestRestartReconciles(t *testing.T) {
 	ctx := context.Background()
 	states := transitionStates()
 	f := NewFake()
-	if err := newFakeBackend(t, f, opts4).Sync(ctx, states[2]); err != nil {
+	if _, err := newFakeBackend(t, f, opts4).Sync(ctx, states[2]); err != nil {
 		t.Fatal(err)
 	}
 	next := newFakeBackend(t, f, opts4)
-	if err := next.Sync(ctx, states[1]); err != nil {
+	if _, err := next.Sync(ctx, states[1]); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := f.Dump(), fresh(t, states[1]); got != want {
@@ -234,12 +234,12 @@ func TestFailedRestore(t *testing.T) {
 	states := transitionStates()
 	f := NewFake()
 	b := newFakeBackend(t, f, opts4)
-	if err := b.Sync(ctx, states[0]); err != nil {
+	if _, err := b.Sync(ctx, states[0]); err != nil {
 		t.Fatal(err)
 	}
 	before := f.Save(TableFilter) + f.Save(TableNAT)
 	f.lackMatch("statistic")
-	err := b.Sync(ctx, states[1])
+	_, err := b.Sync(ctx, states[1])
 	if !errors.Is(err, ErrRestore) || !errors.Is(err, ErrPartialRestore) {
 		t.Fatalf("got %v, want ErrRestore and ErrPartialRestore", err)
 	}
@@ -252,14 +252,14 @@ func TestFailedRestore(t *testing.T) {
 	if tables := f.Save(TableFilter) + f.Save(TableNAT); tables != before {
 		t.Errorf("a failed restore changed the tables:\n%s", lineDiff(before, tables))
 	}
-	err = b.Sync(ctx, states[1])
+	_, err = b.Sync(ctx, states[1])
 	if !errors.Is(err, ErrRestore) || errors.Is(err, ErrPartialRestore) {
 		t.Fatalf("the retry: got %v, want a full sync's ErrRestore", err)
 	}
 	f.mu.Lock()
 	f.missing = nil
 	f.mu.Unlock()
-	if err := b.Sync(ctx, states[2]); err != nil {
+	if _, err := b.Sync(ctx, states[2]); err != nil {
 		t.Fatal(err)
 	}
 	if !b.LastSync().Full {
@@ -268,7 +268,7 @@ func TestFailedRestore(t *testing.T) {
 	if got, want := f.Dump(), fresh(t, states[2]); got != want {
 		t.Fatalf("after recovery:\n%s", lineDiff(want, got))
 	}
-	if err := b.Sync(ctx, states[3]); err != nil || b.LastSync().Full {
+	if _, err := b.Sync(ctx, states[3]); err != nil || b.LastSync().Full {
 		t.Errorf("the next sync: %v, full %v; want a partial one", err, b.LastSync().Full)
 	}
 }
@@ -286,7 +286,7 @@ func TestPeriodicFullSync(t *testing.T) {
 	var got []bool
 	for _, step := range []time.Duration{0, 30 * time.Second, 29 * time.Second, time.Second, time.Second} {
 		now = now.Add(step)
-		if err := b.Sync(ctx, s); err != nil {
+		if _, err := b.Sync(ctx, s); err != nil {
 			t.Fatal(err)
 		}
 		got = append(got, b.LastSync().Full)
@@ -309,7 +309,7 @@ func TestJumpsAndLocalnet(t *testing.T) {
 		if err := b.Cleanup(ctx); err != nil { // the next Sync is full
 			t.Fatal(err)
 		}
-		if err := b.Sync(ctx, goldenState4()); err != nil {
+		if _, err := b.Sync(ctx, goldenState4()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -328,7 +328,7 @@ func TestJumpsAndLocalnet(t *testing.T) {
 		t.Error("route_localnet not set")
 	}
 	f6 := NewFake()
-	if err := newFakeBackend(t, f6, Opts{Family: backends.IPv6, LocalhostNodePorts: true}).Sync(ctx, goldenState6()); err != nil {
+	if _, err := newFakeBackend(t, f6, Opts{Family: backends.IPv6, LocalhostNodePorts: true}).Sync(ctx, goldenState6()); err != nil {
 		t.Fatal(err)
 	}
 	if f6.localnet || strings.Contains(f6.Dump(), ChainFirewall) {
@@ -345,7 +345,7 @@ func TestCleanup(t *testing.T) {
 	}
 	want := f.Dump()
 	b := newFakeBackend(t, f, opts4)
-	if err := b.Sync(ctx, goldenState4()); err != nil {
+	if _, err := b.Sync(ctx, goldenState4()); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 { // nothing left is fine
@@ -356,7 +356,7 @@ func TestCleanup(t *testing.T) {
 			t.Fatalf("after cleanup:\n%s", lineDiff(want, got))
 		}
 	}
-	if err := b.Sync(ctx, goldenState4()); err != nil || !b.LastSync().Full {
+	if _, err := b.Sync(ctx, goldenState4()); err != nil || !b.LastSync().Full {
 		t.Fatalf("sync after cleanup: %v, full %v", err, b.LastSync().Full)
 	}
 	got := strings.Replace(strings.Replace(f.Dump(), ":KUBE-FORWARD - [0:0]\n", "", 1), "-A FORWARD -j KUBE-FORWARD\n", "", 1)
@@ -369,7 +369,7 @@ func TestCleanup(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Sync(ctx, goldenState4()); !errors.Is(err, ErrClosed) {
+	if _, err := b.Sync(ctx, goldenState4()); !errors.Is(err, ErrClosed) {
 		t.Errorf("sync after close: %v", err)
 	}
 }
@@ -377,7 +377,7 @@ func TestCleanup(t *testing.T) {
 func TestLastSyncRules(t *testing.T) {
 	f := NewFake()
 	b := newFakeBackend(t, f, opts4)
-	if err := b.Sync(context.Background(), goldenState4()); err != nil {
+	if _, err := b.Sync(context.Background(), goldenState4()); err != nil {
 		t.Fatal(err)
 	}
 	for _, table := range []string{TableFilter, TableNAT} {
@@ -395,7 +395,7 @@ func TestSyncValidates(t *testing.T) {
 	bad := goldenState4()
 	bad.Services[0].ClusterIP = ip("fd00::1")
 	bad.Services[1].Cluster = []backends.Endpoint{{Addr: ip("10.244.1.1"), Port: 80}}
-	err := b.Sync(context.Background(), bad)
+	_, err := b.Sync(context.Background(), bad)
 	if !errors.Is(err, ErrInvalidState) {
 		t.Fatalf("got %v, want ErrInvalidState", err)
 	}
@@ -407,7 +407,7 @@ func TestSyncValidates(t *testing.T) {
 	if f.Dump() != empty {
 		t.Error("an invalid state programmed something")
 	}
-	if err := b.Sync(context.Background(), goldenState6()); !errors.Is(err, ErrInvalidState) {
+	if _, err := b.Sync(context.Background(), goldenState6()); !errors.Is(err, ErrInvalidState) {
 		t.Errorf("an IPv6 state on an IPv4 backend: %v", err)
 	}
 }
@@ -440,7 +440,7 @@ func TestOpts(t *testing.T) {
 	}
 	f := NewFake()
 	f.SetHasRandomFully(false)
-	if err := newFakeBackend(t, f, Opts{Family: backends.IPv4, MasqueradeBit: 3}).Sync(context.Background(), goldenState4()); err != nil {
+	if _, err := newFakeBackend(t, f, Opts{Family: backends.IPv4, MasqueradeBit: 3}).Sync(context.Background(), goldenState4()); err != nil {
 		t.Fatal(err)
 	}
 	if d := f.Dump(); !strings.Contains(d, "-j MARK --or-mark 0x8\n") || !strings.Contains(d, "-j MASQUERADE\n") {
@@ -524,20 +524,20 @@ func TestFakeRefuses(t *testing.T) {
 func TestFullSyncRemovesOtherOptions(t *testing.T) {
 	ctx := context.Background()
 	f := NewFake()
-	if err := newFakeBackend(t, f, opts4).Sync(ctx, goldenState4()); err != nil {
+	if _, err := newFakeBackend(t, f, opts4).Sync(ctx, goldenState4()); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(f.Dump(), ":"+ChainFirewall+" ") {
 		t.Fatal("no firewall chain to begin with")
 	}
-	if err := newFakeBackend(t, f, Opts{Family: backends.IPv4}).Sync(ctx, goldenState4()); err != nil {
+	if _, err := newFakeBackend(t, f, Opts{Family: backends.IPv4}).Sync(ctx, goldenState4()); err != nil {
 		t.Fatal(err)
 	}
 	if d := f.Dump(); strings.Contains(d, ChainFirewall+" ") || strings.Contains(d, "-j "+ChainFirewall+"\n") {
 		t.Errorf("the firewall chain or its jumps are left:\n%s", d)
 	}
 	want := NewFake()
-	if err := newFakeBackend(t, want, Opts{Family: backends.IPv4}).Sync(ctx, goldenState4()); err != nil {
+	if _, err := newFakeBackend(t, want, Opts{Family: backends.IPv4}).Sync(ctx, goldenState4()); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.Dump(); got != want.Dump() {
@@ -621,7 +621,7 @@ func TestCheckDrift(t *testing.T) {
 			if d, err := b.CheckDrift(ctx); d != nil || err != nil {
 				t.Fatalf("before a sync: %v, %v", d, err)
 			}
-			if err := b.Sync(ctx, s); err != nil {
+			if _, err := b.Sync(ctx, s); err != nil {
 				t.Fatal(err)
 			}
 			if d, err := b.CheckDrift(ctx); d != nil || err != nil {
@@ -635,7 +635,7 @@ func TestCheckDrift(t *testing.T) {
 			if !slices.ContainsFunc(d.Examples, func(e string) bool { return strings.Contains(e, tc.example) }) {
 				t.Errorf("examples %q: none names %q", d.Examples, tc.example)
 			}
-			if err := b.Sync(ctx, s); err != nil || !b.LastSync().Full {
+			if _, err := b.Sync(ctx, s); err != nil || !b.LastSync().Full {
 				t.Fatalf("the sync after drift: %v, full %v", err, b.LastSync().Full)
 			}
 			if got := f.Dump(); got != want {
@@ -652,7 +652,7 @@ func TestCheckDrift(t *testing.T) {
 func fakeWith(t *testing.T, s *backends.State) *Fake {
 	t.Helper()
 	f := NewFake()
-	if err := newFakeBackend(t, f, opts4).Sync(context.Background(), s); err != nil {
+	if _, err := newFakeBackend(t, f, opts4).Sync(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -721,13 +721,13 @@ func TestPartialSyncsMinimal(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 7))
 		f := NewFake()
 		b := newFakeBackend(t, f, opts4)
-		if err := b.Sync(context.Background(), states[0]); err != nil {
+		if _, err := b.Sync(context.Background(), states[0]); err != nil {
 			t.Fatal(err)
 		}
 		for step := range 2 * len(states) {
 			i := r.IntN(len(states))
 			before, restores := chainRules(f), len(f.restores)
-			if err := b.Sync(context.Background(), states[i]); err != nil {
+			if _, err := b.Sync(context.Background(), states[i]); err != nil {
 				t.Fatalf("seed %d step %d state %d: %v", seed, step, i, err)
 			}
 			after := chainRules(f)
@@ -770,7 +770,7 @@ func TestFullSyncWritesOnlyDifferences(t *testing.T) {
 	ctx := context.Background()
 	s := goldenState4()
 	f := NewFake()
-	if err := newFakeBackend(t, f, opts4).Sync(ctx, s); err != nil {
+	if _, err := newFakeBackend(t, f, opts4).Sync(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	web := &s.Services[slices.IndexFunc(s.Services, func(v backends.Service) bool { return v.Name == "web" })]
@@ -789,7 +789,7 @@ func TestFullSyncWritesOnlyDifferences(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := newFakeBackend(t, f, opts4)
-	if err := b.Sync(ctx, s); err != nil {
+	if _, err := b.Sync(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	in := f.lastRestore()
@@ -822,7 +822,7 @@ func TestFullSyncDeletesEndpointChains(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := newFakeBackend(t, f, opts4)
-	if err := b.Sync(ctx, s); err != nil {
+	if _, err := b.Sync(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	deleted := restoreChains(f.lastRestore(), "-X ")
@@ -877,7 +877,7 @@ func TestHairpinSharedEndpoint(t *testing.T) {
 		svcs []backends.Service
 		in   bool
 	}{{[]backends.Service{one, two}, true}, {[]backends.Service{two}, true}, {[]backends.Service{one}, true}, {nil, false}, {[]backends.Service{two}, true}} {
-		if err := b.Sync(ctx, backendtest.State(backends.IPv4, step.svcs...)); err != nil {
+		if _, err := b.Sync(ctx, backendtest.State(backends.IPv4, step.svcs...)); err != nil {
 			t.Fatal(err)
 		}
 		if got := slices.Contains(f.setEntries(SetHairpin4), entry); got != step.in || (i > 0 && b.LastSync().Full) {
@@ -912,12 +912,12 @@ func TestCheckDriftOverlappingSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, changed := goldenState4(), changedCopy(goldenState4(), 0)
-	if err := b.Sync(ctx, s); err != nil {
+	if _, err := b.Sync(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	meddle(t, k.Fake, TableNAT, ":"+Prefix+"SVC-AAAAAAAAAAAAAAAA - [0:0]") // left alone by partial syncs
 	synced := false
-	k.sync = func() { synced = b.Sync(ctx, changed) == nil }
+	k.sync = func() { _, err := b.Sync(ctx, changed); synced = err == nil }
 	if d, err := b.CheckDrift(ctx); err != nil || d != nil || !synced {
 		t.Fatalf("the check a Sync overlapped: %+v, %v; synced %v", d, err, synced)
 	}

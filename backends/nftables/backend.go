@@ -135,10 +135,16 @@ func (o Opts) config() (config, error) {
 // and, in one transaction, rewrites everything wanted and deletes the
 // rest, keeping the table and unchanged affinity sets. On error the
 // kernel is left as it was, or as one of the commits of the difference
-// left it, and the next Sync rebuilds.
-func (b *Backend) Sync(ctx context.Context, s *backends.State) error {
+// left it, and the next Sync rebuilds. Its SyncResult says nothing yet:
+// the proxy's own full or partial kind stands for it in the metrics.
+func (b *Backend) Sync(ctx context.Context, s *backends.State) (backends.SyncResult, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return backends.SyncResult{}, b.sync(ctx, s)
+}
+
+// sync is Sync, with mu held.
+func (b *Backend) sync(ctx context.Context, s *backends.State) error {
 	if b.closed {
 		return ErrClosed
 	}

@@ -79,7 +79,7 @@ func fullSync(b *testing.B, s *backends.State) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := be.Sync(context.Background(), s); err != nil {
+	if _, err := be.Sync(context.Background(), s); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -99,13 +99,13 @@ func BenchmarkOneServiceChangeSyncFake(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := be.Sync(ctx, s); err != nil {
+	if _, err := be.Sync(ctx, s); err != nil {
 		b.Fatal(err)
 	}
 	states := []*backends.State{changedCopy(s, benchServices/2), s}
 	n := 0
 	for b.Loop() {
-		if err := be.Sync(ctx, states[n%2]); err != nil {
+		if _, err := be.Sync(ctx, states[n%2]); err != nil {
 			b.Fatal(err)
 		}
 		n++

@@ -160,7 +160,7 @@ func TestCheckDrift(t *testing.T) {
 				t.Fatalf("check before any sync: %v, %v; want nothing", d, err)
 			}
 			s := goldenState4()
-			if err := b.Sync(ctx, s); err != nil {
+			if _, err := b.Sync(ctx, s); err != nil {
 				t.Fatal(err)
 			}
 			programmed := f.Dump()
@@ -199,7 +199,7 @@ func TestCheckDrift(t *testing.T) {
 			}
 
 			// The next Sync of the same State repairs the table.
-			if err := b.Sync(ctx, s); err != nil {
+			if _, err := b.Sync(ctx, s); err != nil {
 				t.Fatalf("repair: %v", err)
 			}
 			if b.stats.rebuilds != 2 {
@@ -226,7 +226,7 @@ func TestCheckDriftAfterOwnSyncs(t *testing.T) {
 		t.Fatal(err)
 	}
 	states := transitionStates()
-	if err := b.Sync(ctx, states[0]); err != nil {
+	if _, err := b.Sync(ctx, states[0]); err != nil {
 		t.Fatal(err)
 	}
 	if d, err := b.CheckDrift(ctx); err != nil || d != nil {
@@ -234,7 +234,7 @@ func TestCheckDriftAfterOwnSyncs(t *testing.T) {
 	}
 	readbacks := b.stats.driftReadbacks
 	for i, s := range states[1:] {
-		if err := b.Sync(ctx, s); err != nil {
+		if _, err := b.Sync(ctx, s); err != nil {
 			t.Fatalf("state %d: %v", i+1, err)
 		}
 		if d, err := b.CheckDrift(ctx); err != nil || d != nil {
@@ -247,7 +247,7 @@ func TestCheckDriftAfterOwnSyncs(t *testing.T) {
 	// Every state of the sequence reads back clean, in both orders.
 	for i := range states {
 		for _, s := range []*backends.State{states[i], states[len(states)-1-i]} {
-			if err := b.Sync(ctx, s); err != nil {
+			if _, err := b.Sync(ctx, s); err != nil {
 				t.Fatalf("state %d: %v", i, err)
 			}
 			b.verified = false // as after a foreign commit
@@ -263,7 +263,7 @@ func TestCheckDriftAfterOwnSyncs(t *testing.T) {
 	if err := f.apply(ctx, &Transaction{Family: backends.IPv4, Table: "other", ops: []op{{kind: opAddTable}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Sync(ctx, states[0]); err != nil {
+	if _, err := b.Sync(ctx, states[0]); err != nil {
 		t.Fatal(err)
 	}
 	if d, err := b.CheckDrift(ctx); err != nil || d != nil {
@@ -288,7 +288,7 @@ func TestCheckDriftBoundsExamples(t *testing.T) {
 	for i := range s.Services {
 		s.Services[i].NodePort = uint16(30000 + i)
 	}
-	if err := b.Sync(ctx, s); err != nil {
+	if _, err := b.Sync(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	var chains []string
@@ -346,13 +346,14 @@ func TestCheckDriftOverlappingSync(t *testing.T) {
 	}
 	b := newBackend(cfg, k)
 	states := transitionStates()
-	if err := b.Sync(ctx, states[0]); err != nil {
+	if _, err := b.Sync(ctx, states[0]); err != nil {
 		t.Fatal(err)
 	}
 	synced := false
 	k.during = func() {
 		k.during = nil
-		synced = b.Sync(ctx, states[2]) == nil // would deadlock under the check's lock
+		_, err := b.Sync(ctx, states[2])
+		synced = err == nil // would deadlock under the check's lock
 	}
 	if d, err := b.CheckDrift(ctx); err != nil || d != nil {
 		t.Fatalf("overlapped check: %+v, %v; want nothing", d, err)

@@ -71,7 +71,7 @@ func kernelFullSync(b *testing.B, ns string, s *backends.State) time.Duration {
 	}
 	defer be.Close()
 	start := time.Now()
-	if err := be.Sync(context.Background(), s); err != nil {
+	if _, err := be.Sync(context.Background(), s); err != nil {
 		b.Fatal(err)
 	}
 	d := time.Since(start)
@@ -120,7 +120,7 @@ func largeBackend(b *testing.B) (be *Backend, s *backends.State, full, fullCPU t
 	}
 	b.Cleanup(func() { be.Close() })
 	start, c0 := time.Now(), cpuTime()
-	if err := be.Sync(context.Background(), s); err != nil {
+	if _, err := be.Sync(context.Background(), s); err != nil {
 		b.Fatal(err)
 	}
 	return be, s, time.Since(start), cpuTime() - c0
@@ -139,7 +139,7 @@ func BenchmarkKernelOneServiceChange(b *testing.B) {
 	n := 0
 	_, s0 := cpuTimes()
 	for b.Loop() {
-		if err := be.Sync(ctx, states[n%2]); err != nil {
+		if _, err := be.Sync(ctx, states[n%2]); err != nil {
 			b.Fatal(err)
 		}
 		n++
@@ -199,7 +199,7 @@ func BenchmarkKernelNewService(b *testing.B) {
 					}
 					defer be.Close()
 					ctx := context.Background()
-					if err := be.Sync(ctx, from); err != nil {
+					if _, err := be.Sync(ctx, from); err != nil {
 						b.Fatal(err)
 					}
 					// The full sync's garbage, whose collection would
@@ -210,7 +210,7 @@ func BenchmarkKernelNewService(b *testing.B) {
 					i := 0
 					start := time.Now()
 					for b.Loop() {
-						if err := be.Sync(ctx, states[i%2]); err != nil {
+						if _, err := be.Sync(ctx, states[i%2]); err != nil {
 							b.Fatal(err)
 						}
 						i++
@@ -257,7 +257,7 @@ func BenchmarkKernelFullSyncMemory(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		if err := be.Sync(context.Background(), s); err != nil {
+		if _, err := be.Sync(context.Background(), s); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
@@ -294,7 +294,7 @@ func BenchmarkKernelDriftCheck(b *testing.B) {
 	const changes = 10
 	start := time.Now()
 	for i := range changes {
-		if err := be.Sync(ctx, []*backends.State{changed, s}[i%2]); err != nil {
+		if _, err := be.Sync(ctx, []*backends.State{changed, s}[i%2]); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -77,7 +77,7 @@ func dumpTable(t *testing.T, n *netlab.Node, family string) {
 
 func syncOK(t *testing.T, b *Backend, s *backends.State) {
 	t.Helper()
-	if err := b.Sync(context.Background(), s); err != nil {
+	if _, err := b.Sync(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -86,7 +86,7 @@ func TestKernelGoldenLoads(t *testing.T) {
 	c := kernelCluster(t)
 	for _, s := range []*backends.State{goldenState4(), goldenState6()} {
 		b := nodeBackend(t, c.Nodes[0], s.Family)
-		if err := b.Sync(context.Background(), s); err != nil {
+		if _, err := b.Sync(context.Background(), s); err != nil {
 			dumpTable(t, c.Nodes[0], ipKeyword(s.Family))
 			t.Fatalf("%s: %v", s.Family.String(), err)
 		}

@@ -176,9 +176,9 @@ const tornEnv = "WASP_TEST_TORN_SYNCS"
 // torn is a Backend whose Syncs are not atomic.
 type torn struct{ *Backend }
 
-func (b torn) Sync(ctx context.Context, s *backends.State) error {
+func (b torn) Sync(ctx context.Context, s *backends.State) (backends.SyncResult, error) {
 	if err := b.Backend.Cleanup(ctx); err != nil {
-		return err
+		return backends.SyncResult{}, err
 	}
 	return b.Backend.Sync(ctx, s)
 }

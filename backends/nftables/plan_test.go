@@ -33,7 +33,7 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := b.Sync(context.Background(), tt.state); err != nil {
+			if _, err := b.Sync(context.Background(), tt.state); err != nil {
 				t.Fatal(err)
 			}
 			got := f.Dump()

@@ -33,7 +33,7 @@ func newFakeBackend(t testing.TB, f *Fake, family backends.Family) *Backend {
 func fresh(t testing.TB, s *backends.State) string {
 	t.Helper()
 	f := NewFake()
-	if err := newFakeBackend(t, f, s.Family).Sync(context.Background(), s); err != nil {
+	if _, err := newFakeBackend(t, f, s.Family).Sync(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
 	return f.Dump()
@@ -58,7 +58,7 @@ func TestTransitionsPlanIndex(t *testing.T) {
 		b := newFakeBackend(t, NewFake(), backends.IPv4)
 		for step := range 3 * len(states) {
 			i := r.IntN(len(states))
-			if err := b.Sync(context.Background(), states[i]); err != nil {
+			if _, err := b.Sync(context.Background(), states[i]); err != nil {
 				t.Fatalf("seed %d step %d state %d: %v", seed, step, i, err)
 			}
 			if got, plan := b.programmed.Dump(), Plan(backends.IPv4, DefaultTable, DefaultMasqueradeBit, states[i]).Dump(); got != plan {
@@ -118,7 +118,7 @@ func TestSharedElements(t *testing.T) {
 	f := NewFake()
 	b := newFakeBackend(t, f, backends.IPv4)
 	for i, s := range states {
-		if err := b.Sync(context.Background(), s); err != nil {
+		if _, err := b.Sync(context.Background(), s); err != nil {
 			t.Fatalf("state %d: %v", i, err)
 		}
 		owner := s.Services[0].Name
@@ -139,19 +139,19 @@ func TestFailedSyncRebuilds(t *testing.T) {
 	f := NewFake()
 	b := newFakeBackend(t, f, backends.IPv4)
 	ctx := context.Background()
-	if err := b.Sync(ctx, states[0]); err != nil {
+	if _, err := b.Sync(ctx, states[0]); err != nil {
 		t.Fatal(err)
 	}
 	before := f.Dump()
 	boom := errors.New("boom")
 	f.FailNext(boom)
-	if err := b.Sync(ctx, states[1]); !errors.Is(err, boom) {
+	if _, err := b.Sync(ctx, states[1]); !errors.Is(err, boom) {
 		t.Fatalf("got %v, want boom", err)
 	}
 	if f.Dump() != before {
 		t.Fatal("a failed transaction changed the table")
 	}
-	if err := b.Sync(ctx, states[2]); err != nil {
+	if _, err := b.Sync(ctx, states[2]); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := f.Dump(), fresh(t, states[2]); got != want {
@@ -170,7 +170,7 @@ func TestRestartReconciles(t *testing.T) {
 	ctx := context.Background()
 	f := NewFake()
 	old := newFakeBackend(t, f, backends.IPv4)
-	if err := old.Sync(ctx, states[2]); err != nil {
+	if _, err := old.Sync(ctx, states[2]); err != nil {
 		t.Fatal(err)
 	}
 	sticky := goldenStickySet(t, states[2])
@@ -188,7 +188,7 @@ func TestRestartReconciles(t *testing.T) {
 	if strings.Contains(tx.String(), "delete table") || strings.Contains(tx.String(), "delete set ip wasp "+sticky) {
 		t.Errorf("rebuild deletes the table or a kept affinity set:\n%s", tx)
 	}
-	if err := next.Sync(ctx, states[1]); err != nil {
+	if _, err := next.Sync(ctx, states[1]); err != nil {
 		t.Fatal(err)
 	}
 	got := f.Dump()
@@ -222,7 +222,7 @@ func TestSyncValidates(t *testing.T) {
 	bad.Services[0].ClusterIP = ip("fd00::1")
 	bad.Services[1].Cluster = []backends.Endpoint{{Addr: ip("10.244.1.1"), Port: 80}}
 	bad.Services[2].Key = bad.Services[0].Key
-	err := b.Sync(context.Background(), bad)
+	_, err := b.Sync(context.Background(), bad)
 	if !errors.Is(err, ErrInvalidState) {
 		t.Fatalf("got %v, want ErrInvalidState", err)
 	}
@@ -234,7 +234,7 @@ func TestSyncValidates(t *testing.T) {
 	if f.Dump() != "" {
 		t.Error("an invalid state programmed something")
 	}
-	if err := b.Sync(context.Background(), goldenState6()); !errors.Is(err, ErrInvalidState) {
+	if _, err := b.Sync(context.Background(), goldenState6()); !errors.Is(err, ErrInvalidState) {
 		t.Errorf("an IPv6 state on an IPv4 backend: %v", err)
 	}
 }
@@ -271,13 +271,13 @@ func TestSyncValidatesChanges(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := newFakeBackend(t, NewFake(), backends.IPv4)
-			if err := b.Sync(ctx, good); err != nil {
+			if _, err := b.Sync(ctx, good); err != nil {
 				t.Fatal(err)
 			}
 			s := *good
 			s.Services = slices.Clone(good.Services) // the same endpoint slices: identical
 			tt.change(&s)
-			err := b.Sync(ctx, &s)
+			_, err := b.Sync(ctx, &s)
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("got %v, want no error", err)
@@ -295,10 +295,10 @@ func TestCleanupAndClose(t *testing.T) {
 	ctx := context.Background()
 	f := NewFake()
 	v4, v6 := newFakeBackend(t, f, backends.IPv4), newFakeBackend(t, f, backends.IPv6)
-	if err := v4.Sync(ctx, goldenState4()); err != nil {
+	if _, err := v4.Sync(ctx, goldenState4()); err != nil {
 		t.Fatal(err)
 	}
-	if err := v6.Sync(ctx, goldenState6()); err != nil {
+	if _, err := v6.Sync(ctx, goldenState6()); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 { // a missing table is fine
@@ -309,7 +309,7 @@ func TestCleanupAndClose(t *testing.T) {
 	if got := f.Dump(); strings.Contains(got, "table ip wasp") || !strings.Contains(got, "table ip6 wasp") {
 		t.Errorf("after the IPv4 cleanup:\n%s", got)
 	}
-	if err := v4.Sync(ctx, goldenState4()); err != nil {
+	if _, err := v4.Sync(ctx, goldenState4()); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(f.Dump(), "table ip wasp") {
@@ -321,7 +321,7 @@ func TestCleanupAndClose(t *testing.T) {
 	if err := v4.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := v4.Sync(ctx, goldenState4()); !errors.Is(err, ErrClosed) {
+	if _, err := v4.Sync(ctx, goldenState4()); !errors.Is(err, ErrClosed) {
 		t.Errorf("sync after close: %v", err)
 	}
 }
@@ -358,7 +358,7 @@ func TestOpts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Sync(context.Background(), goldenState4()); err != nil {
+	if _, err := b.Sync(context.Background(), goldenState4()); err != nil {
 		t.Fatal(err)
 	}
 	if d := f.Dump(); !strings.HasPrefix(d, "table ip other {") || !strings.Contains(d, "mark set mark or 0x00000008") {
@@ -372,7 +372,7 @@ func TestFakeValidates(t *testing.T) {
 	ctx := context.Background()
 	setup := func() *Fake {
 		f := NewFake()
-		if err := newFakeBackend(t, f, backends.IPv4).Sync(ctx, goldenState4()); err != nil {
+		if _, err := newFakeBackend(t, f, backends.IPv4).Sync(ctx, goldenState4()); err != nil {
 			t.Fatal(err)
 		}
 		return f
@@ -519,7 +519,7 @@ func TestDiffSimpleServiceDataOnly(t *testing.T) {
 	f := NewFake()
 	b := newFakeBackend(t, f, backends.IPv4)
 	ctx := context.Background()
-	if err := b.Sync(ctx, states[0]); err != nil {
+	if _, err := b.Sync(ctx, states[0]); err != nil {
 		t.Fatal(err)
 	}
 	for i, s := range states[1:] {
@@ -542,7 +542,7 @@ func TestDiffSimpleServiceDataOnly(t *testing.T) {
 		if tx.Len() == 0 {
 			t.Errorf("step %d: no operation", i+1)
 		}
-		if err := b.Sync(ctx, s); err != nil {
+		if _, err := b.Sync(ctx, s); err != nil {
 			t.Fatal(err)
 		}
 		if got, want := f.Dump(), fresh(t, s); got != want {
@@ -628,10 +628,10 @@ func TestDiffCommitsMakeBeforeBreak(t *testing.T) {
 			// And the commits, applied in turn, give a fresh build.
 			f := NewFake()
 			b := newFakeBackend(t, f, base.Family)
-			if err := b.Sync(context.Background(), base); err != nil {
+			if _, err := b.Sync(context.Background(), base); err != nil {
 				t.Fatal(err)
 			}
-			if err := b.Sync(context.Background(), tt.to); err != nil {
+			if _, err := b.Sync(context.Background(), tt.to); err != nil {
 				t.Fatal(err)
 			}
 			if got, want := f.Dump(), fresh(t, tt.to); got != want {

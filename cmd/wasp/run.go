@@ -565,7 +565,7 @@ func runProxy(ctx context.Context, e env, c *runConfig, mode dataplane.Mode) err
 	cleanupOtherModes(ctx, e, mode)
 	for _, f := range families {
 		b, err := mode.New(ctx, dataplane.Opts{Family: f, MasqueradeBit: c.masqueradeBit, LocalhostNodePorts: c.localhostNodePorts,
-			TCPBeLiberal: c.tcpBeLiberal, Conntrack: mx.Conntrack(), Synced: mx.BackendSynced})
+			TCPBeLiberal: c.tcpBeLiberal, Conntrack: mx.Conntrack()})
 		if err != nil {
 			return fmt.Errorf("%s: %w", familyName(f), err)
 		}

@@ -148,12 +148,11 @@ func (h proxyHook) Synced(r *proxy.SyncReport) {
 	// observe records the sync's duration under f; by the full or partial
 	// kind of the sync of f's backend when it said (iptables), else of the
 	// proxy's sync.
-	observe := func(f backends.Family) {
+	observe := func(f backends.Family, kind backends.SyncKind) {
 		family := familyLabel(f)
 		m.syncDuration.WithLabelValues(family).Observe(r.Duration.Seconds())
-		full, ok := m.takeFull(f)
 		byType := m.syncPartialDuration
-		if (ok && full) || (!ok && r.Full) {
+		if kind == backends.SyncFull || (kind == backends.SyncKindUnknown && r.Full) {
 			byType = m.syncFullDuration
 		}
 		byType.WithLabelValues(family).Observe(r.Duration.Seconds())
@@ -161,13 +160,14 @@ func (h proxyHook) Synced(r *proxy.SyncReport) {
 	ok := r.Err == nil
 	if !ok {
 		for _, f := range m.families {
-			observe(f)
+			observe(f, backends.SyncKindUnknown)
 		}
 	}
 	for i := range r.Families {
 		fs := &r.Families[i]
 		family := familyLabel(fs.Family)
-		observe(fs.Family)
+		observe(fs.Family, fs.Result.Kind)
+		m.backendSynced(family, &fs.Result, fs.Programmed())
 		m.noLocalEndpoints.WithLabelValues(family, policyInternal).Set(float64(fs.NoLocalInternal))
 		m.noLocalEndpoints.WithLabelValues(family, policyExternal).Set(float64(fs.NoLocalExternal))
 		m.servicePorts.WithLabelValues(family).Set(float64(fs.ServicePorts))

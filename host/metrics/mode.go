@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -47,17 +46,12 @@ type modeSeries struct {
 	nftablesSyncFailures, nftablesCleanupFailures *prometheus.CounterVec
 	restoreFailures, partialRestoreFailures       *prometheus.CounterVec
 	rulesTotal, rulesLast                         *prometheus.GaugeVec
-
-	mu sync.Mutex
-	// full holds, by family, whether the backend's last Sync was a full
-	// one, as BackendSynced was told, until the proxy's report takes it.
-	full map[backends.Family]bool
 }
 
 func newModeSeries(reg prometheus.Registerer, mode Mode) (*modeSeries, error) {
 	f := factory{reg: reg, namespace: kubeProxyNamespace}
 	family := []string{labelIPFamily}
-	s := &modeSeries{mode: mode, full: map[backends.Family]bool{}}
+	s := &modeSeries{mode: mode}
 	switch mode {
 	case NFTables, "":
 		s.mode = NFTables
@@ -92,66 +86,37 @@ func (s *modeSeries) initFamily(family string) {
 }
 
 // syncFailed counts a family's sync that did not program it, in the
-// nftables mode; the iptables mode counts its restore failures from
-// BackendSynced, which knows their kind.
+// nftables mode; the iptables mode counts its restore failures from the
+// backend's SyncResult (backendSynced), which knows their kind.
 func (s *modeSeries) syncFailed(family string) {
 	if s.nftablesSyncFailures != nil {
 		s.nftablesSyncFailures.WithLabelValues(family).Inc()
 	}
 }
 
-// takeFull returns whether the last Sync of f's backend was a full one,
-// if BackendSynced was told since the last call.
-func (s *modeSeries) takeFull(f backends.Family) (full, ok bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	full, ok = s.full[f]
-	delete(s.full, f)
-	return full, ok
-}
-
-// BackendSync is what one Sync of a family's backend did beyond its
-// error, for the series of a mode that counts more than failures
-// (iptables). The mode's backend wrapper reports it.
-type BackendSync struct {
-	Family backends.Family
-	// Full: the Sync rewrote the family's whole dataplane, not only what
-	// changed. The proxy's full and partial sync durations of the family
-	// are observed by it.
-	Full bool
-	// Rules are, after a Sync that succeeded, the rules wasp owns in each
-	// table ("filter", "nat"); nil: not known.
-	Rules map[string]int
-	// Written are the rules the Sync wrote in each table; nil: Rules
-	// after a full Sync (which writes them all), else not known.
-	Written map[string]int
-	// RestoreFailed: the Sync failed while applying its rules
-	// (iptables-restore); Partial: and it was a partial one.
-	RestoreFailed, Partial bool
-}
-
-// BackendSynced records a Sync of a family's backend. It is called on
-// the sync goroutine, before the proxy's report of the same sync.
-func (m *Metrics) BackendSynced(b BackendSync) {
-	s, family := m.modeSeries, familyLabel(b.Family)
-	s.mu.Lock()
-	s.full[b.Family] = b.Full
-	s.mu.Unlock()
+// backendSynced records what a Sync of a family's backend said it did,
+// in the series of a mode that counts more than failures (iptables):
+// restore failures, partial ones apart, and the rules wasp owns and
+// wrote, by table. programmed: the Sync programmed the dataplane (its
+// error, if any, is of housekeeping after it).
+func (s *modeSeries) backendSynced(family string, r *backends.SyncResult, programmed bool) {
 	if s.mode != IPTables {
 		return
 	}
-	if b.RestoreFailed {
-		s.restoreFailures.WithLabelValues(family).Inc()
-		if b.Partial {
-			s.partialRestoreFailures.WithLabelValues(family).Inc()
+	if !programmed {
+		if r.Failure == backends.FailureApply {
+			s.restoreFailures.WithLabelValues(family).Inc()
+			if r.Kind == backends.SyncPartial {
+				s.partialRestoreFailures.WithLabelValues(family).Inc()
+			}
 		}
 		return
 	}
-	written := b.Written
-	if written == nil && b.Full {
-		written = b.Rules
+	written := r.Written
+	if written == nil && r.Kind == backends.SyncFull {
+		written = r.Objects
 	}
-	for table, n := range b.Rules {
+	for table, n := range r.Objects {
 		s.rulesTotal.WithLabelValues(family, table).Set(float64(n))
 	}
 	for table, n := range written {

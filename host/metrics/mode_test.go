@@ -85,13 +85,17 @@ func TestModeFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A full restore that failed, then a partial one.
-	ipt.BackendSynced(BackendSync{Family: backends.IPv4, Full: true, RestoreFailed: true})
-	ipt.BackendSynced(BackendSync{Family: backends.IPv6, Full: true, Rules: map[string]int{"filter": 3, "nat": 40}})
-	ipt.Proxy().Synced(failed)
-	ipt.BackendSynced(BackendSync{Family: backends.IPv4, RestoreFailed: true, Partial: true})
-	ipt.BackendSynced(BackendSync{Family: backends.IPv6, Rules: map[string]int{"filter": 3, "nat": 44}, Written: map[string]int{"filter": 3, "nat": 9}})
-	ipt.Proxy().Synced(failed)
+	// A full restore that failed, then a partial one, as the backends'
+	// SyncResults say.
+	restoreFailed := errors.New("iptables-restore failed")
+	ipt.Proxy().Synced(&proxy.SyncReport{Duration: time.Millisecond, Families: []proxy.FamilySync{
+		{Family: backends.IPv4, Err: restoreFailed, Result: backends.SyncResult{Kind: backends.SyncFull, Failure: backends.FailureApply}},
+		{Family: backends.IPv6, Result: backends.SyncResult{Kind: backends.SyncFull, Objects: map[string]int{"filter": 3, "nat": 40}}},
+	}})
+	ipt.Proxy().Synced(&proxy.SyncReport{Duration: time.Millisecond, Families: []proxy.FamilySync{
+		{Family: backends.IPv4, Err: restoreFailed, Result: backends.SyncResult{Kind: backends.SyncPartial, Failure: backends.FailureApply}},
+		{Family: backends.IPv6, Result: backends.SyncResult{Kind: backends.SyncPartial, Objects: map[string]int{"filter": 3, "nat": 44}, Written: map[string]int{"filter": 3, "nat": 9}}},
+	}})
 	checkValues(t, ipt.Registry(), []want{
 		{"kubeproxy_sync_proxy_rules_iptables_restore_failures_total", []string{v4}, 2},
 		{"kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", []string{v4}, 1},

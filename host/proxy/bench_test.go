@@ -33,9 +33,11 @@ type nopBackend struct{}
 
 var _ backends.Backend = nopBackend{}
 
-func (nopBackend) Sync(context.Context, *backends.State) error { return nil }
-func (nopBackend) Cleanup(context.Context) error               { return nil }
-func (nopBackend) Close() error                                { return nil }
+func (nopBackend) Sync(context.Context, *backends.State) (backends.SyncResult, error) {
+	return backends.SyncResult{}, nil
+}
+func (nopBackend) Cleanup(context.Context) error { return nil }
+func (nopBackend) Close() error                  { return nil }
 
 // benchSlice returns the EndpointSlice of Service ns/name with endpoints
 // whose last octet starts at first.

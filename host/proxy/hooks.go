@@ -97,6 +97,8 @@ type FamilySync struct {
 	// wrapping backends.ErrHousekeeping means the dataplane was
 	// programmed all the same (see Programmed).
 	Err error
+	// Result is what the backend's Sync said it did, with Err.
+	Result backends.SyncResult
 	// ServicePorts is how many service ports the family's State had.
 	ServicePorts int
 	// NoLocalInternal and NoLocalExternal count the State's service

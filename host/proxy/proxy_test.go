@@ -207,14 +207,15 @@ type housekeepingBackend struct {
 	fail atomic.Bool
 }
 
-func (b *housekeepingBackend) Sync(ctx context.Context, s *backends.State) error {
-	if err := b.Backend.Sync(ctx, s); err != nil {
-		return err
+func (b *housekeepingBackend) Sync(ctx context.Context, s *backends.State) (backends.SyncResult, error) {
+	r, err := b.Backend.Sync(ctx, s)
+	if err != nil {
+		return r, err
 	}
 	if b.fail.Load() {
-		return fmt.Errorf("conntrack: injected: %w", backends.ErrHousekeeping)
+		return r, fmt.Errorf("conntrack: injected: %w", backends.ErrHousekeeping)
 	}
-	return nil
+	return r, nil
 }
 
 // TestHousekeepingFailureIsNoSyncFailure: a backend that programmed its

@@ -112,9 +112,9 @@ func (p *Proxy) sync(ctx context.Context) error {
 		}
 		s := state.Build(f, opts, nil, nil)
 		s.Services = p.sorted[i]
-		err := p.opts.Backends[f].Sync(ctx, s)
+		res, err := p.opts.Backends[f].Sync(ctx, s)
 		if report != nil {
-			report.Families = append(report.Families, p.familySync(s, err, ch.triggers))
+			report.Families = append(report.Families, p.familySync(s, res, err, ch.triggers))
 		}
 		switch {
 		case errors.Is(err, backends.ErrHousekeeping):
@@ -173,11 +173,11 @@ func (p *Proxy) finish(start time.Time, full bool, evaluated int, ok bool, failu
 	return s.LastSyncDuration
 }
 
-// familySync reports a family's backend Sync of s, which returned err,
-// for Metrics; triggers are the trigger times of the changes the sync
-// took.
-func (p *Proxy) familySync(s *backends.State, err error, triggers map[serviceFamily][]time.Time) FamilySync {
-	fs := FamilySync{Family: s.Family, Err: err, ServicePorts: len(s.Services)}
+// familySync reports a family's backend Sync of s, which returned res and
+// err, for Metrics; triggers are the trigger times of the changes the
+// sync took.
+func (p *Proxy) familySync(s *backends.State, res backends.SyncResult, err error, triggers map[serviceFamily][]time.Time) FamilySync {
+	fs := FamilySync{Family: s.Family, Result: res, Err: err, ServicePorts: len(s.Services)}
 	fs.NoLocalInternal, fs.NoLocalExternal = noLocalEndpoints(s.Services)
 	if !fs.Programmed() {
 		return fs

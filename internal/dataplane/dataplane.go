@@ -44,9 +44,6 @@ type Opts struct {
 	// Conntrack is told about the conntrack cleaner's work, for metrics.
 	// Optional.
 	Conntrack conntrack.Observer
-	// Synced is told about every Sync of the backend, for the mode's
-	// metric series (metrics.Metrics.BackendSynced). Optional.
-	Synced func(metrics.BackendSync)
 }
 
 // Mode is one row of the table.
@@ -56,7 +53,10 @@ type Mode struct {
 	// Metrics is the mode of the upstream metric series it exports.
 	Metrics metrics.Mode
 	// New returns the backend of o.Family, wrapped in the conntrack
-	// cleaner, which clears the stale UDP entries of every change.
+	// cleaner, which clears the stale UDP entries of every change. What
+	// a Sync did for the mode's metric series comes back from Sync
+	// (backends.SyncResult), and the backend is a
+	// backends.DriftChecker exactly when the mode's backend is.
 	New func(ctx context.Context, o Opts) (backends.Backend, error)
 	// Probe asks the kernel, in the network namespace at netns, for what
 	// the mode needs; the node setup (start-up and --init-only) runs only
@@ -119,7 +119,7 @@ func newIPTables(ctx context.Context, o Opts) (backends.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return withConntrack(reportIPTables(b, o), o)
+	return withConntrack(b, o)
 }
 
 // beLiberal reports whether the node sets nf_conntrack_tcp_be_liberal in
@@ -137,7 +137,8 @@ func beLiberal(ctx context.Context, netns string) bool {
 }
 
 // withConntrack wraps b in the conntrack cleaner, closing b when it
-// cannot.
+// cannot. The result is a backends.DriftChecker exactly when b is, and
+// its Sync returns b's SyncResult.
 func withConntrack(b backends.Backend, o Opts) (backends.Backend, error) {
 	ct, err := conntrack.New(b, conntrack.Opts{Family: o.Family, NetNS: o.NetNS, Observer: o.Conntrack})
 	if err != nil {
@@ -145,45 +146,6 @@ func withConntrack(b backends.Backend, o Opts) (backends.Backend, error) {
 		return nil, err
 	}
 	return ct, nil
-}
-
-// iptablesSyncer is what reportIPTables needs of an iptables backend.
-type iptablesSyncer interface {
-	backends.Backend
-	LastSync() iptables.SyncInfo
-}
-
-// reportIPTables returns b telling o.Synced about every Sync: full or
-// partial, the rules it owns, and whether its restore failed.
-func reportIPTables(b iptablesSyncer, o Opts) backends.Backend {
-	if o.Synced == nil {
-		return b
-	}
-	return &iptablesReporter{iptablesSyncer: b, family: o.Family, synced: o.Synced}
-}
-
-type iptablesReporter struct {
-	iptablesSyncer
-	family backends.Family
-	synced func(metrics.BackendSync)
-}
-
-var _ backends.Backend = (*iptablesReporter)(nil)
-
-func (r *iptablesReporter) Sync(ctx context.Context, s *backends.State) error {
-	err := r.iptablesSyncer.Sync(ctx, s)
-	r.synced(iptablesSync(r.family, r.LastSync(), err))
-	return err
-}
-
-// iptablesSync is the report of a Sync that returned err, info being
-// LastSync's after it (which describes the last Sync that succeeded).
-func iptablesSync(f backends.Family, info iptables.SyncInfo, err error) metrics.BackendSync {
-	if err != nil {
-		partial := errors.Is(err, iptables.ErrPartialRestore)
-		return metrics.BackendSync{Family: f, Full: !partial, RestoreFailed: errors.Is(err, iptables.ErrRestore), Partial: partial}
-	}
-	return metrics.BackendSync{Family: f, Full: info.Full, Rules: info.Rules, Written: info.Written}
 }
 
 // probeIPTables is the iptables mode's probe, in nodesetup's terms: a

@@ -13,6 +13,7 @@ import (
 	"github.com/wasp-proxy/wasp/backends/iptables"
 	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
 	"github.com/wasp-proxy/wasp/host/metrics"
+	"github.com/wasp-proxy/wasp/host/proxy"
 )
 
 func TestLookup(t *testing.T) {
@@ -37,7 +38,8 @@ func webState() *backends.State {
 	}}}
 }
 
-// TestIPTablesMetrics: an iptables backend's Syncs reach the iptables
+// TestIPTablesMetrics: an iptables backend's Syncs, their SyncResults
+// handed on by the sync loop (proxy.FamilySync), reach the iptables
 // mode's series: a failed full restore counts as a restore failure, a
 // failed partial one as a partial restore failure too, and a successful
 // sync sets the rule gauges.
@@ -52,7 +54,12 @@ func TestIPTablesMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := reportIPTables(ib, Opts{Family: backends.IPv4, Synced: m.BackendSynced})
+	// sync syncs as the sync loop does, and hands the result on.
+	sync := func(s *backends.State) error {
+		res, err := ib.Sync(ctx, s)
+		m.Proxy().Synced(&proxy.SyncReport{Families: []proxy.FamilySync{{Family: s.Family, Result: res, Err: err}}})
+		return err
+	}
 	count := func(name string, labels ...string) float64 {
 		t.Helper()
 		for _, mf := range must(m.Registry().Gather()) {
@@ -79,13 +86,13 @@ func TestIPTablesMetrics(t *testing.T) {
 	v4 := "ip_family=IPv4"
 
 	fake.FailNext(errors.New("injected: no such match"))
-	if err := b.Sync(ctx, webState()); !errors.Is(err, iptables.ErrRestore) {
+	if err := sync(webState()); !errors.Is(err, iptables.ErrRestore) {
 		t.Fatalf("first sync: %v, want ErrRestore", err)
 	}
 	if count(restore, v4) != 1 || count(partial, v4) != 0 {
 		t.Errorf("after a failed full restore: %v restore, %v partial failures; want 1, 0", count(restore, v4), count(partial, v4))
 	}
-	if err := b.Sync(ctx, webState()); err != nil {
+	if err := sync(webState()); err != nil {
 		t.Fatal(err)
 	}
 	if n := count("kubeproxy_sync_proxy_rules_iptables_total", v4, "table=nat"); n == 0 || n != float64(ib.LastSync().Rules["nat"]) {
@@ -93,7 +100,7 @@ func TestIPTablesMetrics(t *testing.T) {
 	}
 	s := webState()
 	s.Services[0].Port = 81
-	if err := b.Sync(ctx, s); err != nil {
+	if err := sync(s); err != nil {
 		t.Fatal(err)
 	}
 	if n := count("kubeproxy_sync_proxy_rules_iptables_last", v4, "table=nat"); ib.LastSync().Full || n == 0 || n != float64(ib.LastSync().Written["nat"]) {
@@ -101,7 +108,7 @@ func TestIPTablesMetrics(t *testing.T) {
 	}
 	s.Services[0].Port = 82
 	fake.FailNext(errors.New("injected: no such match"))
-	if err := b.Sync(ctx, s); !errors.Is(err, iptables.ErrPartialRestore) {
+	if err := sync(s); !errors.Is(err, iptables.ErrPartialRestore) {
 		t.Fatalf("partial sync: %v, want ErrPartialRestore", err)
 	}
 	if count(restore, v4) != 2 || count(partial, v4) != 1 {

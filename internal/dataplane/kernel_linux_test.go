@@ -9,6 +9,9 @@ import (
 	"testing"
 
 	"github.com/wasp-proxy/wasp/backends"
+	"github.com/wasp-proxy/wasp/backends/iptables"
+	"github.com/wasp-proxy/wasp/backends/nftables"
+	"github.com/wasp-proxy/wasp/host/config/v1alpha1"
 	"github.com/wasp-proxy/wasp/host/metrics"
 	"github.com/wasp-proxy/wasp/host/nodesetup"
 	"github.com/wasp-proxy/wasp/internal/netlab"
@@ -37,20 +40,20 @@ func TestModesOnTheKernel(t *testing.T) {
 					t.Skipf("the kernel does not run the %s mode: probe %s: %s: %s", m.Name, p.Name, p.Outcome, p.Reason)
 				}
 			}
-			var reports int
-			b, err := m.New(ctx, Opts{Family: backends.IPv4, NetNS: ns.Path(), Synced: func(metrics.BackendSync) { reports++ }})
+			b, err := m.New(ctx, Opts{Family: backends.IPv4, NetNS: ns.Path()})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			if err := b.Sync(ctx, webState()); err != nil {
+			res, err := b.Sync(ctx, webState())
+			if err != nil {
 				t.Fatal(err)
 			}
 			if got := leftovers(t, ns); !strings.Contains(got, "10.96.0.10") {
 				t.Fatalf("the %s backend programmed no ClusterIP:\n%s", m.Name, got)
 			}
-			if m.Name == "iptables" && reports != 1 {
-				t.Errorf("%d sync reports, want 1", reports)
+			if m.Metrics == metrics.IPTables && (res.Kind != backends.SyncFull || res.Objects[iptables.TableNAT] == 0) {
+				t.Errorf("sync result %+v, want a full sync with its nat rules", res)
 			}
 			for _, c := range Modes {
 				if err := c.CleanupLeftovers(ctx, ns.Path(), []backends.Family{backends.IPv4, backends.IPv6}); err != nil {
@@ -59,6 +62,74 @@ func TestModesOnTheKernel(t *testing.T) {
 			}
 			if got := leftovers(t, ns); got != "" {
 				t.Errorf("left after wasp cleanup:\n%s", got)
+			}
+		})
+	}
+}
+
+// ownBackends build each mode's own backend of IPv4 in the network
+// namespace at netns, unwrapped: what its row's New wraps.
+var ownBackends = map[v1alpha1.ProxyMode]func(ctx context.Context, netns string) (backends.Backend, error){
+	v1alpha1.ProxyModeNFTables: func(_ context.Context, netns string) (backends.Backend, error) {
+		return nftables.New(nftables.Opts{Family: backends.IPv4, NetNS: netns})
+	},
+	v1alpha1.ProxyModeIPTables: func(ctx context.Context, netns string) (backends.Backend, error) {
+		return iptables.New(ctx, iptables.Opts{Family: backends.IPv4, NetNS: netns})
+	},
+}
+
+// TestModesCheckDrift: every row's backend, as wasp run builds it, is a
+// backends.DriftChecker exactly when the mode's own backend is (a wrapper
+// that hid the check would leave the mode unchecked in production), and
+// its check reads the mode's dataplane: nothing after a Sync, drift once
+// wasp's objects are gone behind its back.
+func TestModesCheckDrift(t *testing.T) {
+	lab := netlab.NewForTest(t)
+	ctx := context.Background()
+	for _, m := range Modes {
+		t.Run(string(m.Name), func(t *testing.T) {
+			own := ownBackends[m.Name]
+			if own == nil {
+				t.Fatalf("no own backend of mode %s in this test's table", m.Name)
+			}
+			ns, err := lab.AddNS("drift-" + string(m.Name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range m.Probe(ctx, ns.Path()) {
+				if p.Outcome != nodesetup.Supported {
+					t.Skipf("the kernel does not run the %s mode: probe %s: %s: %s", m.Name, p.Name, p.Outcome, p.Reason)
+				}
+			}
+			raw, err := own(ctx, ns.Path())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer raw.Close()
+			b, err := m.New(ctx, Opts{Family: backends.IPv4, NetNS: ns.Path()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			_, want := raw.(backends.DriftChecker)
+			dc, got := b.(backends.DriftChecker)
+			if got != want {
+				t.Fatalf("wasp run's backend is a DriftChecker: %v; the mode's own backend: %v", got, want)
+			}
+			if !got {
+				return
+			}
+			if _, err := b.Sync(ctx, webState()); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := dc.CheckDrift(ctx); d != nil || err != nil {
+				t.Fatalf("after a sync: %+v, %v", d, err)
+			}
+			if err := m.CleanupLeftovers(ctx, ns.Path(), []backends.Family{backends.IPv4}); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := dc.CheckDrift(ctx); d.Empty() || err != nil {
+				t.Fatalf("after wasp's objects were removed: %+v, %v; want drift", d, err)
 			}
 		})
 	}
@@ -122,7 +193,7 @@ func TestIPTablesReadsBeLiberal(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			if err := b.Sync(ctx, webState()); err != nil {
+			if _, err := b.Sync(ctx, webState()); err != nil {
 				t.Fatal(err)
 			}
 			rules, err := ns.Command(ctx, "iptables-save", "-t", "filter").CombinedOutput()
