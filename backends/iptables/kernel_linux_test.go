@@ -150,7 +150,9 @@ func savedChains(t *testing.T, n *netlab.Node, v xtables.Variant, table string) 
 
 // TestKernelGoldenLoads: the golden states' restores are accepted by both
 // variants, IPv4 and IPv6, leave the chains the Fake has, a second Sync of
-// the same state writes nothing, and neither does a restart's full sync.
+// the same state writes nothing, and neither does a restart's full sync;
+// a drift check, twice (the second compares lines by hash), finds
+// nothing.
 func TestKernelGoldenLoads(t *testing.T) {
 	eachVariant(t, func(t *testing.T, v xtables.Variant, c *netlab.Cluster) {
 		for _, s := range []*backends.State{goldenState4(), goldenState6()} {
@@ -170,6 +172,11 @@ func TestKernelGoldenLoads(t *testing.T) {
 			if again.stats.written != 0 || again.stats.stale != 0 || again.stats.jumps != 0 || !again.LastSync().Full {
 				t.Errorf("%s: a restart's full sync wrote %d chains, deleted %d, added %d jumps, full %v; want nothing",
 					s.Family, again.stats.written, again.stats.stale, again.stats.jumps, again.LastSync().Full)
+			}
+			for range 2 {
+				if d, err := again.CheckDrift(context.Background()); d != nil || err != nil {
+					t.Errorf("%s: drift check: %+v, %v; want none", s.Family, d, err)
+				}
 			}
 			r, err := xtables.New(v, s.Family, c.Nodes[0].NS.Path())
 			if err != nil {
