@@ -9,7 +9,7 @@
 #   make rust      the Rust SDK's tests and example (rustc, libstd-rust-dev-wasm32)
 #   make bench     the hot-path benchmarks (see docs/performance.md)
 #   make e2e       end-to-end tests against a real etcd + kube-apiserver (see test/README.md)
-#   make soak      the fault and churn end-to-end tests for longer (SOAK=10m; see docs/reliability.md)
+#   make soak      the fault and churn end-to-end tests for longer (SOAK=10m; see docs/reliability.md), then the sandbox fuzzer
 #   make bench-e2e wasp vs upstream kube-proxy end to end, 100 to 10k Services (see docs/performance.md)
 
 GO          ?= go
@@ -18,8 +18,11 @@ PLATFORMS   := linux/amd64 linux/arm64 windows/amd64
 MODULES     := topology trafficpolicy selection
 BENCHTIME   ?= 10x
 # FUZZTIME: how long make fuzz runs each fuzz target; 12 targets at 8s
-# take about 3 minutes on 2 cores, builds included.
+# take about 3 minutes on 2 cores, builds included. FUZZ_ONLY: the names
+# of the targets to run (default: all); FUZZFLAGS: more go test flags.
 FUZZTIME    ?= 8s
+FUZZ_ONLY   ?=
+FUZZFLAGS   ?=
 # BUILD_TAGS: grpcnotrace keeps gRPC (a dependency of the Sigstore
 # verification libraries) from importing golang.org/x/net/trace, whose
 # html/template calls reflect's MethodByName: that alone makes the linker
@@ -58,8 +61,9 @@ fuzz: ## Every fuzz target of the repository (every func Fuzz in a _test.go) for
 	@set -e; log=$$(mktemp); trap 'rm -f $$log' EXIT; \
 	git grep -n '^func Fuzz' -- '*_test.go' | while IFS=: read -r file _ decl; do \
 		name=$${decl#func }; name=$${name%%(*}; dir=$${file%/*}; \
+		case " $(FUZZ_ONLY) " in "  "|*" $$name "*) ;; *) continue;; esac; \
 		echo "fuzz ./$$dir $$name ($(FUZZTIME))"; \
-		if $(GO) -C $$dir test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) . >$$log 2>&1; then tail -n 1 $$log; continue; fi; \
+		if $(GO) -C $$dir test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) . >$$log 2>&1; then tail -n 1 $$log; continue; fi; \
 		cat $$log; \
 		if grep -qx '    context deadline exceeded' $$log && [ -z "$$(git status --porcelain -- $$dir/testdata/fuzz/$$name)" ]; then \
 			echo "fuzz $$name: no failing input; Go's fuzzing stopped on its own deadline (golang/go#75804, fixed in Go 1.27): not a failure"; \
@@ -76,11 +80,17 @@ e2e: ## The end-to-end tests against a real etcd and kube-apiserver (builds them
 
 # SOAK: how long make soak runs the fault and churn tests (a Go duration,
 # at most 2h): half of it churn, the rest repeated kills of wasp.
+# SOAK_FUZZTIME: how long it then fuzzes the module sandbox (FuzzSandbox
+# in host/runtime); a new interesting input is minimised for at most 10s,
+# not the default minute, since the inputs that reach a deadline take a
+# few hundred milliseconds each.
 SOAK ?= 10m
+SOAK_FUZZTIME ?= $(SOAK)
 
 .PHONY: soak
-soak: ## The fault and churn end-to-end tests for longer: SOAK=10m (at most 2h; root).
+soak: ## The fault and churn end-to-end tests for longer: SOAK=10m (at most 2h; root), then the sandbox fuzzer for SOAK_FUZZTIME (default SOAK).
 	cd test && WASP_E2E=1 WASP_SOAK=$(SOAK) $(GO) test -count=1 -v -timeout 4h -run 'TestFaults|TestChurn' ./e2e/
+	$(MAKE) fuzz FUZZ_ONLY=FuzzSandbox FUZZTIME=$(SOAK_FUZZTIME) FUZZFLAGS='-fuzzminimizetime 10s'
 
 .PHONY: bench-e2e
 bench-e2e: ## wasp vs upstream kube-proxy, end to end (root; about an hour; WASP_PERF_SIZES=1000 for less).
