@@ -423,12 +423,14 @@ func (p *proc) wait(m *Module) {
 	p.closeRequests()
 	p.rf.Close()
 	death := p.deathError(err)
+	// m first: a call that fails here and is made again at once starts
+	// a new worker, rather than finding this one.
+	if c != causeClosed {
+		m.died(p, death)
+	}
 	for cid, pc := range calls {
 		pc.err = p.callError(death, c, cid == id)
 		pc.done <- struct{}{}
-	}
-	if c != causeClosed {
-		m.died(p, death)
 	}
 	close(p.dead)
 }
