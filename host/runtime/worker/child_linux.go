@@ -131,3 +131,10 @@ func residentMemory(pid int) (rss, peak uint64, ok bool) {
 	}
 	return rss, peak, rss > 0
 }
+
+// prepareSlots keeps the worker's n slots from the processes it starts.
+func prepareSlots(n int) {
+	for i := range n {
+		syscall.CloseOnExec(slotFD + i)
+	}
+}

@@ -40,3 +40,6 @@ func childAttr() *syscall.SysProcAttr { return nil }
 
 // residentMemory cannot read a process's memory here.
 func residentMemory(int) (rss, peak uint64, ok bool) { return 0, 0, false }
+
+// prepareSlots does nothing here.
+func prepareSlots(int) {}

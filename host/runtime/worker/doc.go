@@ -15,7 +15,8 @@
 //     and a grace of a second gets the worker killed;
 //   - its resident memory, read every 20 ms while it has calls in flight,
 //     may not pass Limits.PoolMemoryBytes and an overhead of 192 MiB
-//     (killed past it);
+//     (killed past it); it counts the pages of the calls' shared memory
+//     the worker touched, as it counted the buffers it read inputs into;
 //   - RLIMIT_DATA at the address space its instances may reserve and
 //     1 GiB, a bound that holds even between two readings;
 //   - an OOM score of 1000, so that the kernel kills it first when the
@@ -32,10 +33,13 @@
 //
 // Parent and worker talk over two pipes in frames (frame.go): a load
 // request with the module binary, its limits and configuration, then
-// calls, each carrying the stage's input batch exactly as the pipeline
-// encoded it (docs/abi.md), answered by the module's raw output or its
-// error. Calls run concurrently in the worker, up to Limits.Instances,
-// and are answered in any order.
+// calls, answered by the module's raw output or its error. A call's input
+// batch, exactly as the pipeline encoded it (docs/abi.md), and its output
+// do not cross the pipes: they are in shared memory, a slot per call the
+// worker may run at once (slots.go), which the parent copies the input
+// into and the output out of, once each, checking where the worker says
+// the output is. Calls run concurrently in the worker, up to
+// Limits.Instances, and are answered in any order.
 //
 // Workers run on Linux only (ErrNotSupported elsewhere).
 package worker

@@ -13,20 +13,29 @@ import (
 )
 
 // The protocol between a Module and its worker: frames over two pipes,
-// one each way. A frame is a header of headerSize bytes, little-endian
-// like the ABI,
+// one each way, and shared memory (slots.go). A frame is a header of
+// headerSize bytes, little-endian like the ABI,
 //
-//	offset 0  u32  length of the payload
-//	offset 4  u8   kind
-//	offset 5  u8   stage (kindCall), else 0
-//	offset 6  u16  0
-//	offset 8  u64  id of the call it is about (0 for kindLoad, kindLoaded)
+//	offset 0   u32  length of the payload
+//	offset 4   u8   kind
+//	offset 5   u8   stage (kindCall), else 0
+//	offset 6   u16  0
+//	offset 8   u64  id of the call it is about (0 for kindLoad, kindLoaded)
+//	offset 16  u32  kindCall: the slot the input is in, noSlot if none
+//	offset 20  u32  kindOutputShared: the output's offset in the slot
+//	offset 24  u32  kindCall: the input's length in the slot;
+//	                kindOutputShared: the output's length
+//	offset 28  u32  kindCall: the slot's size
 //
-// and its payload. The payload of a call is the stage's input batch as
-// the pipeline encoded it (docs/abi.md), and that of its answer the
-// module's raw output: nothing is decoded or encoded again on the way.
-// The worker answers calls in any order; ids tell them apart.
-const headerSize = 16
+// and its payload. A call's input batch, as the pipeline encoded it
+// (docs/abi.md), is at the start of its slot, and the worker writes the
+// module's raw output in the same slot, after it: nothing is decoded or
+// encoded again on the way, and only headers cross the pipes. A call
+// without a slot (its batch does not fit in the largest one) carries its
+// input as the payload, and an output that does not fit in the slot comes
+// back as the payload of a kindOutput. The worker answers calls in any
+// order; ids tell them apart.
+const headerSize = 32
 
 // maxPayload bounds a frame's payload, so that a corrupt length cannot
 // make either side allocate without end: far more than a batch of
@@ -39,7 +48,8 @@ type kind uint8
 const (
 	// kindLoad (to the worker, first and once): a loadRequest in JSON.
 	kindLoad kind = iota + 1
-	// kindCall (to the worker): a stage call; the payload is its input.
+	// kindCall (to the worker): a stage call; its input is in its slot,
+	// or the payload.
 	kindCall
 	// kindCancel (to the worker): the call's caller gave up; no payload.
 	kindCancel
@@ -57,6 +67,9 @@ const (
 	// kindShrunk (from the worker): a shrink is done; the payload is its
 	// error's message, empty if none.
 	kindShrunk
+	// kindOutputShared (from the worker): a call succeeded; its output is
+	// in its slot, where the header says. No payload.
+	kindOutputShared
 )
 
 // header is a frame's header.
@@ -65,6 +78,9 @@ type header struct {
 	kind  kind
 	stage abi.Stage
 	id    uint64
+	// slot, off, length and slotSize are where a call's input or output
+	// is in shared memory (kindCall, kindOutputShared).
+	slot, off, length, slotSize uint32
 }
 
 // put writes h into b, which has headerSize bytes.
@@ -72,6 +88,10 @@ func (h header) put(b []byte) {
 	binary.LittleEndian.PutUint32(b[0:], h.size)
 	b[4], b[5], b[6], b[7] = byte(h.kind), byte(h.stage), 0, 0
 	binary.LittleEndian.PutUint64(b[8:], h.id)
+	binary.LittleEndian.PutUint32(b[16:], h.slot)
+	binary.LittleEndian.PutUint32(b[20:], h.off)
+	binary.LittleEndian.PutUint32(b[24:], h.length)
+	binary.LittleEndian.PutUint32(b[28:], h.slotSize)
 }
 
 // frameWriter writes frames, one at a time.
@@ -110,7 +130,11 @@ func readHeader(r io.Reader, b []byte) (h header, err error) {
 	if _, err := io.ReadFull(r, b[:headerSize]); err != nil {
 		return h, err
 	}
-	h = header{size: binary.LittleEndian.Uint32(b[0:]), kind: kind(b[4]), stage: abi.Stage(b[5]), id: binary.LittleEndian.Uint64(b[8:])}
+	h = header{
+		size: binary.LittleEndian.Uint32(b[0:]), kind: kind(b[4]), stage: abi.Stage(b[5]), id: binary.LittleEndian.Uint64(b[8:]),
+		slot: binary.LittleEndian.Uint32(b[16:]), off: binary.LittleEndian.Uint32(b[20:]),
+		length: binary.LittleEndian.Uint32(b[24:]), slotSize: binary.LittleEndian.Uint32(b[28:]),
+	}
 	if h.size > maxPayload {
 		return h, fmt.Errorf("frame of %d bytes", h.size)
 	}
@@ -146,6 +170,9 @@ type loadRequest struct {
 	// its parent would stop it).
 	DataLimit uint64 `json:"dataLimit,omitempty"`
 	Memory    uint64 `json:"memory,omitempty"`
+	// Slots is the number of the worker's slots: file descriptors
+	// slotFD and up.
+	Slots int `json:"slots,omitempty"`
 }
 
 // loadReply is the outcome of a load: what the module declares and its

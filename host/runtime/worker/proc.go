@@ -32,9 +32,13 @@ type proc struct {
 	rf     *os.File // replies
 	stderr limitedBuffer
 	limits *limits
+	slots  *slots
 
 	mu      sync.Mutex
 	pending map[uint64]*pending // nil once the process exited
+	// retired are the slots of the calls given up that the worker has
+	// not answered yet, by call id: it may still write to them.
+	retired map[uint64]*slot
 	// cause is why this process killed the worker, and causeID the
 	// call it killed it for.
 	cause   cause
@@ -61,9 +65,13 @@ const (
 // pending is a call waiting for its answer.
 type pending struct {
 	dst, out []byte
+	slot     *slot // the call's slot, nil if none
 	err      error
-	done     chan struct{} // cap 1
-	timer    *time.Timer
+	// shared: the output is in the slot, n bytes at off.
+	shared bool
+	off, n uint32
+	done   chan struct{} // cap 1
+	timer  *time.Timer
 }
 
 var pendings = sync.Pool{New: func() any {
@@ -77,7 +85,7 @@ func (m *Module) start(ctx context.Context) (*proc, *loadReply, error) {
 	req, err := json.Marshal(loadRequest{
 		Name: m.opts.Name, Wasm: m.opts.Wasm, Config: m.opts.Config, Limits: m.opts.Limits,
 		CacheDir: m.opts.Runtime.CacheDir, Interrupt: m.opts.Runtime.Interrupt, Compile: m.opts.Runtime.Compile,
-		IsolateCompile: m.opts.Runtime.IsolateCompile, DataLimit: m.limits.data,
+		IsolateCompile: m.opts.Runtime.IsolateCompile, DataLimit: m.limits.data, Slots: m.limits.slots,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("module %q: %w", m.Name, err)
@@ -111,7 +119,7 @@ func (m *Module) start(ctx context.Context) (*proc, *loadReply, error) {
 			m.compiled(!c)
 		}
 	}
-	p.pending, p.started = map[uint64]*pending{}, true
+	p.pending, p.retired, p.started = map[uint64]*pending{}, map[uint64]*slot{}, true
 	go p.read()
 	go p.wait(m)
 	go p.watchMemory()
@@ -184,25 +192,31 @@ func startProcess(l *limits) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
+	ss, err := newSlots(l.slots)
+	if err != nil {
+		return nil, err
+	}
 	reqR, reqW, err := os.Pipe()
 	if err != nil {
+		ss.close()
 		return nil, err
 	}
 	repR, repW, err := os.Pipe()
 	if err != nil {
 		reqR.Close()
 		reqW.Close()
+		ss.close()
 		return nil, err
 	}
 	// A batch of pipeline.Options.MaxChunk ports, and its output, in
 	// one go rather than in 64 KiB pieces, each a wake-up of the reader.
 	growPipe(reqW)
 	growPipe(repW)
-	p := &proc{w: frameWriter{w: reqW}, reqW: reqW, rf: repR, r: bufio.NewReaderSize(repR, 64<<10), limits: l, readerDone: make(chan struct{}), dead: make(chan struct{})}
+	p := &proc{w: frameWriter{w: reqW}, reqW: reqW, rf: repR, r: bufio.NewReaderSize(repR, 64<<10), limits: l, slots: ss, readerDone: make(chan struct{}), dead: make(chan struct{})}
 	cmd := exec.Command(exe)
 	cmd.Args = []string{filepath.Base(os.Args[0]) + "-worker"} // what ps shows
 	cmd.Env = append(os.Environ(), childEnv+"="+childProtocol)
-	cmd.ExtraFiles = []*os.File{reqR, repW} // requestFD, replyFD
+	cmd.ExtraFiles = append([]*os.File{reqR, repW}, ss.files...) // requestFD, replyFD, slotFD...
 	cmd.Stderr = &p.stderr
 	cmd.WaitDelay = time.Second
 	cmd.SysProcAttr = childAttr()
@@ -214,6 +228,7 @@ func startProcess(l *limits) (*proc, error) {
 	if err != nil {
 		reqW.Close()
 		repR.Close()
+		ss.close()
 		return nil, err
 	}
 	p.cmd, p.pid = cmd, cmd.Process.Pid
@@ -249,20 +264,35 @@ func (p *proc) load(req []byte) (*loadReply, error) {
 func (p *proc) send(h header, payload []byte) error { return p.w.write(h, payload) }
 
 // request sends a call or shrink request and waits for its answer, the
-// worker's death, its watchdog or ctx.
+// worker's death, its watchdog or ctx. A call's input goes in a slot if
+// one is free (slots.go).
 func (p *proc) request(ctx context.Context, m *Module, k kind, stage abi.Stage, input, dst []byte) ([]byte, error) {
+	h := header{kind: k, stage: stage, id: m.ids.Add(1), slot: noSlot}
+	payload := input
+	var sl *slot
+	if k == kindCall {
+		// Without a free slot, or one that holds the input, the input
+		// goes in the pipe.
+		if sl = p.slots.take(); sl != nil {
+			if length, size, err := sl.put(input); err == nil {
+				h.slot, h.length, h.slotSize, payload = sl.index, length, size, nil
+			} else {
+				p.slots.release(sl)
+				sl = nil
+			}
+		}
+	}
 	pc := pendings.Get().(*pending)
-	pc.dst, pc.out, pc.err = dst, nil, nil
-	id := m.ids.Add(1)
+	pc.dst, pc.slot = dst, sl
 	p.mu.Lock()
 	if p.pending == nil {
 		p.mu.Unlock()
-		pendings.Put(pc)
+		p.done(pc)
 		return dst, &runtime.CallError{Module: m.Name, Stage: stage, Reason: runtime.ReasonInstantiate, Err: fmt.Errorf("%w just before the call", ErrWorkerDied)}
 	}
-	p.pending[id] = pc
+	p.pending[h.id] = pc
 	p.mu.Unlock()
-	if err := p.send(header{kind: k, stage: stage, id: id}, input); err != nil {
+	if err := p.send(h, payload); err != nil {
 		// It is gone, or going: its death answers the call.
 		p.kill(causeNone, 0)
 	}
@@ -270,26 +300,39 @@ func (p *proc) request(ctx context.Context, m *Module, k kind, stage abi.Stage, 
 	select {
 	case <-pc.done:
 	case <-pc.timer.C:
-		p.kill(causeTimeout, id)
+		p.kill(causeTimeout, h.id)
 		<-pc.done
 	case <-ctx.Done():
 		p.mu.Lock()
-		_, waiting := p.pending[id]
-		delete(p.pending, id)
+		_, waiting := p.pending[h.id]
+		if waiting {
+			delete(p.pending, h.id)
+			if sl != nil {
+				// The worker may write to the slot until it answers.
+				p.retired[h.id] = sl
+				pc.slot = nil
+			}
+		}
 		p.mu.Unlock()
 		if !waiting {
 			<-pc.done // being answered
 			break
 		}
 		pc.timer.Stop()
-		pendings.Put(pc)
-		_ = p.send(header{kind: kindCancel, id: id}, nil)
+		p.done(pc)
+		_ = p.send(header{kind: kindCancel, id: h.id}, nil)
 		return dst, &runtime.CallError{Module: m.Name, Stage: stage, Reason: runtime.ReasonTimeout, Err: ctx.Err()}
 	}
 	pc.timer.Stop()
 	out, err := pc.out, pc.err
-	pc.dst, pc.out, pc.err = nil, nil, nil
-	pendings.Put(pc)
+	if err == nil && pc.shared {
+		// Copied once: the worker may change the slot's bytes after.
+		if out, err = sl.output(pc.off, pc.n, dst); err != nil {
+			p.kill(causeProtocol, 0)
+			err = &runtime.CallError{Reason: runtime.ReasonInvalidOutput, Err: fmt.Errorf("worker broke the protocol: %w", err)}
+		}
+	}
+	p.done(pc)
 	if err != nil {
 		if ce, ok := err.(*runtime.CallError); ok {
 			ce.Module, ce.Stage = m.Name, stage
@@ -297,6 +340,15 @@ func (p *proc) request(ctx context.Context, m *Module, k kind, stage abi.Stage, 
 		return dst, err
 	}
 	return out, nil
+}
+
+// done frees the slot of a call that ended and puts pc back in the pool.
+func (p *proc) done(pc *pending) {
+	if pc.slot != nil {
+		p.slots.release(pc.slot)
+	}
+	*pc = pending{done: pc.done, timer: pc.timer}
+	pendings.Put(pc)
 }
 
 // read reads the worker's answers and hands them to their calls, until
@@ -316,9 +368,18 @@ func (p *proc) read() {
 		p.mu.Lock()
 		pc := p.pending[h.id]
 		delete(p.pending, h.id)
+		var retired *slot
+		if pc == nil {
+			retired = p.retired[h.id]
+			delete(p.retired, h.id)
+		}
 		p.mu.Unlock()
 		if pc == nil {
-			// A call given up (ctx): its answer goes nowhere.
+			// A call given up (ctx): its answer goes nowhere, and the
+			// worker is done with its slot.
+			if retired != nil {
+				p.slots.release(retired)
+			}
 			if _, err := p.r.Discard(int(h.size)); err != nil {
 				return
 			}
@@ -327,6 +388,9 @@ func (p *proc) read() {
 		switch h.kind {
 		case kindOutput:
 			pc.out, err = readPayload(p.r, pc.dst, h.size)
+		case kindOutputShared:
+			pc.shared, pc.off, pc.n = true, h.off, h.length
+			_, err = p.r.Discard(int(h.size))
 		case kindFailed, kindShrunk:
 			scratch, err = readPayload(p.r, scratch[:0], h.size)
 			if err == nil {
@@ -340,6 +404,7 @@ func (p *proc) read() {
 			// Cut off: its death answers the call.
 			p.mu.Lock()
 			if p.pending != nil {
+				pc.shared = false
 				p.pending[h.id] = pc
 			}
 			p.mu.Unlock()
@@ -393,6 +458,7 @@ func (p *proc) stop(grace time.Duration) {
 		p.kill(causeClosed, 0)
 		_ = p.cmd.Wait()
 		p.rf.Close()
+		p.slots.close()
 		return
 	}
 	select {
@@ -416,12 +482,18 @@ func (p *proc) wait(m *Module) {
 	err := p.cmd.Wait()
 	<-p.readerDone
 	p.mu.Lock()
-	calls := p.pending
-	p.pending = nil
+	calls, retired := p.pending, p.retired
+	p.pending, p.retired = nil, nil
 	c, id := p.cause, p.causeID
 	p.mu.Unlock()
 	p.closeRequests()
 	p.rf.Close()
+	// The worker's mappings are gone: this process's go as the slots
+	// come back.
+	p.slots.close()
+	for _, s := range retired {
+		s.close()
+	}
 	death := p.deathError(err)
 	// m first: a call that fails here and is made again at once starts
 	// a new worker, rather than finding this one.

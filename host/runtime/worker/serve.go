@@ -20,9 +20,10 @@ import (
 // the version of the protocol between parent and worker.
 const childEnv = "WASP_INTERNAL_WORKER"
 
-const childProtocol = "1"
+const childProtocol = "2"
 
-// The worker's ends of its pipes: cmd.ExtraFiles 0 and 1.
+// The worker's ends of its pipes: cmd.ExtraFiles 0 and 1. Its slots
+// follow (slotFD).
 const (
 	requestFD = 3
 	replyFD   = 4
@@ -54,8 +55,19 @@ type server struct {
 	cancels map[uint64]context.CancelFunc
 	calls   sync.WaitGroup
 
-	bufs sync.Pool // of *[]byte, inputs and outputs
+	// slots are the mappings of the slots, by index; nil: not mapped.
+	// Only the read loop maps them again, when a call says a slot grew:
+	// the parent sends a slot's next call only once its last is
+	// answered.
+	slots [][]byte
+
+	bufs sync.Pool // of *[]byte, the inputs and outputs of the pipe
 }
+
+// testAnswer, if set (by this package's tests, in the workers they
+// start), may change the answer to call before it is sent: a worker that
+// breaks the protocol.
+var testAnswer func(call header, answer *header)
 
 // serve is the worker: it loads the module of the first frame read from
 // in, then runs the calls it reads until in ends, answering on out, and
@@ -79,6 +91,12 @@ func serve(in io.Reader, out io.Writer) int {
 		return 2
 	}
 	payload = nil
+	if req.Slots < 0 || req.Slots > maxSlots {
+		fmt.Fprintf(os.Stderr, "worker: %d slots\n", req.Slots)
+		return 2
+	}
+	s.slots = make([][]byte, req.Slots)
+	prepareSlots(req.Slots)
 	if err := setDataLimit(req.DataLimit); err != nil {
 		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
 		return 2
@@ -109,17 +127,30 @@ func serve(in io.Reader, out io.Writer) int {
 		}
 		switch h.kind {
 		case kindCall:
-			in := s.buffer()
-			*in, err = readPayload(br, (*in)[:0], h.size)
-			if err != nil {
-				continue // the next read fails too
+			var in *[]byte
+			var mem []byte
+			if h.slot == noSlot {
+				in = s.buffer()
+				*in, err = readPayload(br, (*in)[:0], h.size)
+				if err != nil {
+					continue // the next read fails too
+				}
+			} else {
+				if h.size != 0 || int(h.slot) >= len(s.slots) || h.length > h.slotSize || h.slotSize > maxSlotSize {
+					fmt.Fprintf(os.Stderr, "worker: call in slot %d of %d, %d bytes of %d, payload %d\n", h.slot, len(s.slots), h.length, h.slotSize, h.size)
+					return 2
+				}
+				if mem, err = s.mapSlot(h.slot, h.slotSize); err != nil {
+					s.fail(h.id, h.stage, &runtime.CallError{Reason: runtime.ReasonMemory, Err: err})
+					continue
+				}
 			}
 			cctx, cancel := context.WithCancel(ctx)
 			s.mu.Lock()
 			s.cancels[h.id] = cancel
 			s.mu.Unlock()
 			s.calls.Add(1)
-			go s.call(cctx, h, in)
+			go s.call(cctx, h, in, mem)
 		case kindCancel:
 			s.mu.Lock()
 			if cancel := s.cancels[h.id]; cancel != nil {
@@ -161,24 +192,73 @@ func (s *server) load(req *loadRequest) *loadReply {
 	return reply
 }
 
-// call runs one call and answers it.
-func (s *server) call(ctx context.Context, h header, in *[]byte) {
+// mapSlot returns the mapping of slot i, which is size bytes: mapped
+// again if it grew.
+func (s *server) mapSlot(i, size uint32) ([]byte, error) {
+	if len(s.slots[i]) == int(size) {
+		return s.slots[i], nil
+	}
+	unmapSlot(s.slots[i])
+	s.slots[i] = nil
+	mem, err := mapSlot(slotFD+int(i), int(size))
+	if err != nil {
+		return nil, err
+	}
+	s.slots[i] = mem
+	return mem, nil
+}
+
+// call runs one call and answers it. Its input is *in (from the pipe),
+// or at the start of its slot, mem, where its output goes after it if it
+// fits.
+func (s *server) call(ctx context.Context, h header, in *[]byte, mem []byte) {
 	defer s.calls.Done()
-	out := s.buffer()
-	res, err := s.mod.Call(ctx, h.stage, *in, (*out)[:0])
+	var input, dst []byte
+	var out *[]byte
+	if in != nil {
+		out = s.buffer()
+		input, dst = *in, (*out)[:0]
+	} else {
+		input, dst = mem[:h.length], mem[h.length:h.length:len(mem)]
+	}
+	res, err := s.mod.Call(ctx, h.stage, input, dst)
 	s.mu.Lock()
 	cancel := s.cancels[h.id]
 	delete(s.cancels, h.id)
 	s.mu.Unlock()
 	cancel()
-	s.bufs.Put(in)
+	if in != nil {
+		s.bufs.Put(in)
+	}
+	answer := header{kind: kindOutput, id: h.id}
+	payload := res
+	if err == nil && in == nil && inPlace(res, dst) {
+		answer = header{kind: kindOutputShared, id: h.id, off: h.length, length: uint32(len(res))}
+		payload = nil
+	}
+	if testAnswer != nil {
+		testAnswer(h, &answer)
+	}
 	if err != nil {
 		s.fail(h.id, h.stage, err)
 	} else {
-		*out = res
-		_ = s.w.write(header{kind: kindOutput, id: h.id}, res) // a failed write ends the read loop too
+		_ = s.w.write(answer, payload) // a failed write ends the read loop too
 	}
-	s.bufs.Put(out)
+	if out != nil {
+		if err == nil {
+			*out = res
+		}
+		s.bufs.Put(out)
+	}
+}
+
+// inPlace reports whether out, which the module's call appended to dst,
+// is where dst is: in its slot, where append had the room.
+func inPlace(out, dst []byte) bool {
+	if len(out) == 0 {
+		return true
+	}
+	return cap(dst) > 0 && cap(out) == cap(dst) && &out[:1][0] == &dst[:1][0]
 }
 
 // shrink shrinks the module's instance pool and gives the memory the

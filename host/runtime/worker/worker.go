@@ -53,7 +53,7 @@ const (
 	// residentOverhead is what a worker may hold in resident memory
 	// besides its instances' linear memories (Limits.PoolMemoryBytes):
 	// the Go runtime, the module's machine code, a batch's input and
-	// output per instance. An idle worker of a default module holds
+	// output per instance (in its slot, shared with this process). An idle worker of a default module holds
 	// about 25 MiB (docs/performance.md).
 	residentOverhead = 192 << 20
 	// dataOverhead is what the worker's RLIMIT_DATA allows besides the
@@ -120,6 +120,9 @@ type limits struct {
 	// resident is the resident memory past which the worker is killed,
 	// and data its RLIMIT_DATA.
 	resident, data uint64
+	// slots is the number of the worker's shared memory slots: calls it
+	// runs at once.
+	slots int
 }
 
 // limitsOf fills in the defaults of l that the worker's bounds depend on,
@@ -145,6 +148,7 @@ func limitsOf(l runtime.Limits) limits {
 		watchdog: l.InitTimeout + l.Timeout + watchdogGrace,
 		resident: l.PoolMemoryBytes + residentOverhead,
 		data:     uint64(l.Instances)*l.MemoryBytes + dataOverhead,
+		slots:    min(l.Instances, maxSlots),
 	}
 }
 
@@ -209,8 +213,8 @@ func (m *Module) Call(ctx context.Context, stage abi.Stage, input, dst []byte) (
 
 // Shrink has the worker shrink the module's instance pool, as
 // runtime.Module.Shrink, and give back to the system the memory its
-// instances and buffers held. A worker that is not running is not
-// started.
+// instances and buffers held, and that of the calls' shared memory. A
+// worker that is not running is not started.
 func (m *Module) Shrink(ctx context.Context) error {
 	m.mu.Lock()
 	p := m.cur
@@ -219,6 +223,7 @@ func (m *Module) Shrink(ctx context.Context) error {
 		return nil
 	}
 	_, err := p.request(ctx, m, kindShrink, 0, nil, nil)
+	p.slots.trim()
 	return err
 }
 
