@@ -273,7 +273,7 @@ func TestWorkerKilled(t *testing.T) {
 		for range 2 {
 			go func() { errs <- callTopology(context.Background(), m, in) }()
 		}
-		time.Sleep(100 * time.Millisecond) // both calls spinning
+		time.Sleep(300 * time.Millisecond) // both calls spinning (a worker starts in about 7 ms; slack for a loaded machine)
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
@@ -285,7 +285,7 @@ func TestWorkerKilled(t *testing.T) {
 		}
 		// The next call restarts it: at once after the first death,
 		// which a call answered before? Not here: it never answers.
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := callTopology(ctx, m, in)
 		cancel()
 		switch round {
@@ -294,7 +294,7 @@ func TestWorkerKilled(t *testing.T) {
 		default: // died twice without an answer between: waits to restart
 			wantCallError(t, err, runtime.ReasonInstantiate, true)
 			time.Sleep(restartMin << (round - 1))
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			wantCallError(t, callTopology(ctx, m, in), runtime.ReasonTimeout, false)
 			cancel()
 		}
