@@ -47,6 +47,9 @@
 // that reading), WASP_PERF_OUT
 // (also write the table to this file), WASP_PERF_LOGS (keep the proxies'
 // logs in this directory), WASP_PERF_PROFILES (keep wasp's heap profile
-// and memory maps, taken when its memory is read, in this directory). See
+// and memory maps, taken when its memory is read, in this directory),
+// WASP_PERF_MODULE (wasp's --module, STAGE=SOURCE: a module of the
+// operator's own, which runs in a worker process). A proxy's memory is
+// that of its process and its descendants (wasp's workers), summed. See
 // test/README.md.
 package perf

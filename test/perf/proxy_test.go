@@ -64,12 +64,16 @@ func newKubeProxy(t *testing.T, env *fw.Env, bin, node string, pods [2]string, m
 }
 
 // newWasp prepares wasp on the framework's proxy node with the framework's
-// flags (which give -v 2) and the mode under test, but kube-proxy's
+// flags (which give -v 2), the mode under test and module (STAGE=SOURCE,
+// if any), but kube-proxy's
 // minimum sync period: the
 // framework's 100ms would favour wasp. With profiling, wasp serves its
 // profiles on the node's loopback.
-func newWasp(env *fw.Env, pods [2]string, mode string, minSync time.Duration, profiling bool) *proxy {
+func newWasp(env *fw.Env, pods [2]string, mode string, minSync time.Duration, profiling bool, module string) *proxy {
 	args := append(env.DefaultArgs(), "--proxy-mode", mode)
+	if module != "" {
+		args = append(args, "--module", module)
+	}
 	if i := slices.Index(args, "--min-sync-period"); i >= 0 && i+1 < len(args) {
 		args[i+1] = minSync.String()
 	} else {
@@ -140,8 +144,46 @@ func alive(name string, proc *fw.Process) func() error {
 	}
 }
 
-// memory reads VmRSS and VmHWM of pid, in bytes.
+// memory reads VmRSS and VmHWM of pid and of its descendants (wasp's
+// module workers and compile children), each summed, in bytes: the
+// node's cost of the proxy. The sum of the peaks bounds the peak of the
+// sum.
 func memory(pid int) (rss, hwm int64, err error) {
+	rss, hwm, err = processMemory(pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, child := range children(pid) {
+		r, h, err := memory(child)
+		if err != nil {
+			continue // exited since it was listed
+		}
+		rss, hwm = rss+r, hwm+h
+	}
+	return rss, hwm, nil
+}
+
+// children lists the processes whose parent is pid, from the children
+// files of its threads.
+func children(pid int) []int {
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var out []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, field := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(field); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// processMemory reads VmRSS and VmHWM of pid alone, in bytes.
+func processMemory(pid int) (rss, hwm int64, err error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, 0, err

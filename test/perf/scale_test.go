@@ -37,10 +37,13 @@ type config struct {
 	out      string
 	logs     string // directory to keep the proxies' logs in
 	profiles string // directory to keep wasp's heap profiles in
+	// module is wasp's --module (STAGE=SOURCE), run in a worker: the
+	// memory read then includes the worker's.
+	module string
 }
 
 func configFromEnv() (config, error) {
-	c := config{proxies: []string{"wasp", "kube-proxy"}, conns: 3000, repeat: 3, out: os.Getenv("WASP_PERF_OUT"), logs: os.Getenv("WASP_PERF_LOGS"), profiles: os.Getenv("WASP_PERF_PROFILES")}
+	c := config{proxies: []string{"wasp", "kube-proxy"}, conns: 3000, repeat: 3, out: os.Getenv("WASP_PERF_OUT"), logs: os.Getenv("WASP_PERF_LOGS"), profiles: os.Getenv("WASP_PERF_PROFILES"), module: os.Getenv("WASP_PERF_MODULE")}
 	var err error
 	// Both proxies' default; both get the same.
 	if c.minSync, err = time.ParseDuration(envOr("WASP_PERF_MIN_SYNC_PERIOD", "1s")); err != nil || c.minSync < 0 {
@@ -176,7 +179,7 @@ func TestScale(t *testing.T) {
 	for _, name := range cfg.proxies {
 		switch name {
 		case "wasp":
-			proxies = append(proxies, newWasp(env, [2]string{fw.PodsA[0], fw.PodsA[1]}, cfg.mode, cfg.minSync, cfg.profiles != ""))
+			proxies = append(proxies, newWasp(env, [2]string{fw.PodsA[0], fw.PodsA[1]}, cfg.mode, cfg.minSync, cfg.profiles != "", cfg.module))
 		case "kube-proxy":
 			proxies = append(proxies, newKubeProxy(t, env, kubeProxyBin, fw.OtherNode, [2]string{fw.PodsB[0], fw.PodsB[1]}, cfg.mode, cfg.minSync))
 		}
