@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -24,9 +25,9 @@ import (
 // retries the cleanup in full.
 var ErrCleanup = fmt.Errorf("conntrack cleanup failed (%w)", backends.ErrHousekeeping)
 
-// ErrNotSupported is returned by New on platforms without netlink
+// errNotSupported is returned by New on platforms without netlink
 // conntrack.
-var ErrNotSupported = errors.New("conntrack cleanup not supported on this platform")
+var errNotSupported = fmt.Errorf("conntrack cleanup: %w on %s", backends.ErrNotSupported, runtime.GOOS)
 
 // Opts configure a Backend.
 type Opts struct {

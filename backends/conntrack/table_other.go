@@ -4,5 +4,5 @@ package conntrack
 
 // openTable fails: conntrack is a Linux netfilter facility.
 func openTable(string) (table, error) {
-	return nil, ErrNotSupported
+	return nil, errNotSupported
 }

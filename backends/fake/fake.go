@@ -11,7 +11,7 @@ package fake
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"strings"
 	"sync"
 
@@ -22,8 +22,8 @@ import (
 // breaks the backends contract.
 var ErrInvalidState = backends.ErrInvalidState
 
-// ErrClosed is returned by Sync and Cleanup after Close.
-var ErrClosed = errors.New("backend closed")
+// errClosed is returned by Sync and Cleanup after Close.
+var errClosed = fmt.Errorf("fake: %w", backends.ErrClosed)
 
 // Fake is an in-memory Backend. It is safe for concurrent use.
 type Fake struct {
@@ -75,7 +75,7 @@ func (f *Fake) sync(ctx context.Context, s *backends.State) error {
 		return err
 	}
 	if f.closed {
-		return ErrClosed
+		return errClosed
 	}
 	if err := Validate(s); err != nil {
 		return err
@@ -93,7 +93,7 @@ func (f *Fake) Cleanup(ctx context.Context) error {
 		return err
 	}
 	if f.closed {
-		return ErrClosed
+		return errClosed
 	}
 	clear(f.states)
 	return nil

@@ -288,11 +288,11 @@ func TestLifecycle(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if _, err := f.Sync(ctx, goldenState()); !errors.Is(err, fake.ErrClosed) {
-		t.Errorf("Sync after Close = %v, want ErrClosed", err)
+	if _, err := f.Sync(ctx, goldenState()); !errors.Is(err, backends.ErrClosed) {
+		t.Errorf("Sync after Close = %v, want backends.ErrClosed", err)
 	}
-	if err := f.Cleanup(ctx); !errors.Is(err, fake.ErrClosed) {
-		t.Errorf("Cleanup after Close = %v, want ErrClosed", err)
+	if err := f.Cleanup(ctx); !errors.Is(err, backends.ErrClosed) {
+		t.Errorf("Cleanup after Close = %v, want backends.ErrClosed", err)
 	}
 	if f.Dump() == "" {
 		t.Errorf("Close removed the programmed state")

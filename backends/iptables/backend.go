@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -20,12 +21,12 @@ import (
 // Backend cannot program; the dataplane is left as it was.
 var ErrInvalidState = backends.ErrInvalidState
 
-// ErrClosed is returned by Sync and Cleanup after Close.
-var ErrClosed = errors.New("backend closed")
+// errClosed is returned by Sync, Cleanup and CheckDrift after Close.
+var errClosed = fmt.Errorf("iptables: %w", backends.ErrClosed)
 
-// ErrNotSupported is returned by New where iptables cannot be programmed
+// errNotSupported is returned by New where iptables cannot be programmed
 // (not Linux).
-var ErrNotSupported = errors.New("iptables not supported on this platform")
+var errNotSupported = fmt.Errorf("iptables: %w on %s", backends.ErrNotSupported, runtime.GOOS)
 
 // ErrRestore is wrapped by the error of a Sync whose iptables-restore
 // failed; the error names the failing line. The tables keep their
@@ -216,7 +217,7 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) (backends.SyncRes
 // sync is Sync, with mu held.
 func (b *Backend) sync(ctx context.Context, s *backends.State) error {
 	if b.closed {
-		return ErrClosed
+		return errClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -554,7 +555,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return ErrClosed
+		return errClosed
 	}
 	b.last, b.hairpin = nil, nil
 	fam := b.cfg.family.String()

@@ -34,7 +34,7 @@ func (b *Backend) CheckDrift(ctx context.Context) (*backends.Drift, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	if b.last == nil {
 		return nil, nil
@@ -57,7 +57,7 @@ func (b *Backend) CheckDrift(ctx context.Context) (*backends.Drift, error) {
 	}
 	switch {
 	case b.closed:
-		return nil, ErrClosed
+		return nil, errClosed
 	case b.last != rs:
 		// A Sync (or a failure, or Cleanup) came between: what was
 		// read may be from before or after it.

@@ -4,11 +4,13 @@ package iptables
 
 import "context"
 
-// New returns ErrNotSupported: iptables is Linux's.
-func New(ctx context.Context, o Opts) (*Backend, error) { return nil, ErrNotSupported }
+// New returns an error wrapping backends.ErrNotSupported: iptables is
+// Linux's.
+func New(ctx context.Context, o Opts) (*Backend, error) { return nil, errNotSupported }
 
 // CleanupLeftovers does nothing: there is no iptables here.
 func CleanupLeftovers(ctx context.Context, netns string) error { return nil }
 
-// Probe returns ErrNotSupported: iptables is Linux's.
-func Probe(ctx context.Context, netns string) error { return ErrNotSupported }
+// Probe returns an error wrapping backends.ErrNotSupported: iptables is
+// Linux's.
+func Probe(ctx context.Context, netns string) error { return errNotSupported }

@@ -369,7 +369,7 @@ func TestCleanup(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Sync(ctx, goldenState4()); !errors.Is(err, ErrClosed) {
+	if _, err := b.Sync(ctx, goldenState4()); !errors.Is(err, backends.ErrClosed) {
 		t.Errorf("sync after close: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"syscall"
 
@@ -16,12 +17,12 @@ import (
 // Backend cannot program; the dataplane is left as it was.
 var ErrInvalidState = backends.ErrInvalidState
 
-// ErrClosed is returned by Sync and Cleanup after Close.
-var ErrClosed = errors.New("backend closed")
+// errClosed is returned by Sync, Cleanup and CheckDrift after Close.
+var errClosed = fmt.Errorf("nftables: %w", backends.ErrClosed)
 
-// ErrNotSupported is returned by New where nftables cannot be programmed
+// errNotSupported is returned by New where nftables cannot be programmed
 // (not Linux).
-var ErrNotSupported = errors.New("nftables not supported on this platform")
+var errNotSupported = fmt.Errorf("nftables: %w on %s", backends.ErrNotSupported, runtime.GOOS)
 
 // Opts configures a Backend.
 type Opts struct {
@@ -146,7 +147,7 @@ func (b *Backend) Sync(ctx context.Context, s *backends.State) (backends.SyncRes
 // sync is Sync, with mu held.
 func (b *Backend) sync(ctx context.Context, s *backends.State) error {
 	if b.closed {
-		return ErrClosed
+		return errClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -211,7 +212,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return ErrClosed
+		return errClosed
 	}
 	b.programmed, b.verified = nil, false
 	b.epoch++

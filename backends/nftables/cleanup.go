@@ -31,5 +31,5 @@ func CleanupLeftovers(ctx context.Context, netns string, families []backends.Fam
 
 // noNFTables reports whether err says the node has no nftables at all.
 func noNFTables(err error) bool {
-	return errors.Is(err, ErrNotSupported) || errors.Is(err, syscall.EPROTONOSUPPORT) || errors.Is(err, syscall.EAFNOSUPPORT)
+	return errors.Is(err, backends.ErrNotSupported) || errors.Is(err, syscall.EPROTONOSUPPORT) || errors.Is(err, syscall.EAFNOSUPPORT)
 }

@@ -13,7 +13,7 @@ func TestNoNFTables(t *testing.T) {
 	}{
 		{fmt.Errorf("nftables ipv4: %w", syscall.EPROTONOSUPPORT), true},
 		{fmt.Errorf("nftables ipv6: %w", syscall.EAFNOSUPPORT), true},
-		{ErrNotSupported, true},
+		{errNotSupported, true},
 		{fmt.Errorf("nftables: delete table ip wasp: %w", syscall.EPERM), false},
 	}
 	for _, tc := range tests {

@@ -42,7 +42,7 @@ func (b *Backend) CheckDrift(ctx context.Context) (*backends.Drift, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	if b.programmed == nil {
 		return nil, nil // the next Sync rebuilds
@@ -73,7 +73,7 @@ func (b *Backend) CheckDrift(ctx context.Context) (*backends.Drift, error) {
 	}
 	switch {
 	case b.closed:
-		return nil, ErrClosed
+		return nil, errClosed
 	case b.epoch != epoch:
 		b.readbackLocked = true
 		return nil, nil // not verified: the next check reads back again

@@ -3,5 +3,5 @@
 package nftables
 
 func newNetlinkKernel(netns string) (kernel, error) {
-	return nil, ErrNotSupported
+	return nil, errNotSupported
 }

@@ -321,7 +321,7 @@ func TestCleanupAndClose(t *testing.T) {
 	if err := v4.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v4.Sync(ctx, goldenState4()); !errors.Is(err, ErrClosed) {
+	if _, err := v4.Sync(ctx, goldenState4()); !errors.Is(err, backends.ErrClosed) {
 		t.Errorf("sync after close: %v", err)
 	}
 }
