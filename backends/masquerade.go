@@ -1,5 +1,10 @@
 package backends
 
+// DefaultMasqueradeBit is the bit of the packet mark that asks a
+// dataplane using marks (nftables, iptables) to masquerade a connection,
+// unless its options say another: mark 0x4000, upstream's default.
+const DefaultMasqueradeBit = 14
+
 // Masquerade says which new connections to a service port a dataplane
 // masquerades (source-NATs to a node address) on their way to an
 // endpoint, so that the reply comes back through this node. Whatever it

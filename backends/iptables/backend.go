@@ -38,10 +38,6 @@ var ErrRestore = errors.New("iptables-restore failed")
 // restore was a partial sync (upstream counts those apart).
 var ErrPartialRestore = errors.New("partial sync")
 
-// DefaultMasqueradeBit is the bit of the packet mark that asks for
-// masquerading when Opts.MasqueradeBit is 0: mark 0x4000, as upstream.
-const DefaultMasqueradeBit = 14
-
 // DefaultFullSyncPeriod is how often a Sync is a full one when
 // Opts.FullSyncPeriod is 0, as upstream.
 const DefaultFullSyncPeriod = time.Hour
@@ -55,7 +51,7 @@ type Opts struct {
 	// current one, such as /run/netns/foo. Optional.
 	NetNS string
 	// MasqueradeBit is the bit of the packet mark that asks for
-	// masquerading, 0 to 31. Optional: 0 means DefaultMasqueradeBit.
+	// masquerading, 0 to 31. Optional: 0 means backends.DefaultMasqueradeBit.
 	MasqueradeBit int
 	// LocalhostNodePorts makes IPv4 NodePorts answer on 127.0.0.0/8 too
 	// (upstream's iptables.localhostNodePorts), when NodePorts answer on
@@ -81,7 +77,7 @@ func (o Opts) config() (config, error) {
 	}
 	bit := o.MasqueradeBit
 	if bit == 0 {
-		bit = DefaultMasqueradeBit
+		bit = backends.DefaultMasqueradeBit
 	}
 	if bit < 0 || bit > 31 {
 		return cfg, fmt.Errorf("iptables: masquerade bit %d, want 0 to 31", o.MasqueradeBit)

@@ -33,7 +33,7 @@ type Opts struct {
 	// current one, such as /run/netns/foo. Optional.
 	NetNS string
 	// MasqueradeBit is the bit of the packet mark that asks for
-	// masquerading, 1 to 31. Optional: 0 means DefaultMasqueradeBit (14,
+	// masquerading, 1 to 31. Optional: 0 means backends.DefaultMasqueradeBit (14,
 	// mark 0x4000), as upstream.
 	MasqueradeBit int
 	// Table is the name of the table. Optional: DefaultTable ("wasp").
@@ -119,7 +119,7 @@ func (o Opts) config() (config, error) {
 	}
 	bit := o.MasqueradeBit
 	if bit == 0 {
-		bit = DefaultMasqueradeBit
+		bit = backends.DefaultMasqueradeBit
 	}
 	if bit < 1 || bit > 31 {
 		return cfg, fmt.Errorf("nftables: masquerade bit %d, want 1 to 31", o.MasqueradeBit)

@@ -27,7 +27,7 @@ func changedCopy(s *backends.State, i int) *backends.State {
 
 // fullPlanDiff plans s from scratch and diffs it against an empty table.
 func fullPlanDiff(s *backends.State) *Transaction {
-	return Diff(nil, Plan(s.Family, DefaultTable, DefaultMasqueradeBit, s))
+	return Diff(nil, Plan(s.Family, DefaultTable, backends.DefaultMasqueradeBit, s))
 }
 
 // timeFull returns the mean time of f over a few runs.
@@ -53,7 +53,7 @@ func BenchmarkOneServiceChangePlanDiff(b *testing.B) {
 	s := largeState(benchServices, benchEndpoints)
 	full := timeFull(func() { fullPlanDiff(s) })
 	states := []*backends.State{changedCopy(s, benchServices/2), s}
-	p := newPlanner(config{family: s.Family, table: DefaultTable, mark: 1 << DefaultMasqueradeBit})
+	p := newPlanner(config{family: s.Family, table: DefaultTable, mark: 1 << backends.DefaultMasqueradeBit})
 	prev := p.plan(s)
 	var ops, n int
 	for b.Loop() {

@@ -80,7 +80,7 @@ func TestKernelDrift(t *testing.T) {
 		t.Fatalf("service 0 is %s, want sticky", s.Services[0].Name)
 	}
 	var stickyRules int
-	for _, f := range Plan(backends.IPv4, DefaultTable, DefaultMasqueradeBit, s).Services {
+	for _, f := range Plan(backends.IPv4, DefaultTable, backends.DefaultMasqueradeBit, s).Services {
 		for _, ch := range f.Chains {
 			if ch.Name == stickyChain {
 				stickyRules = len(ch.Rules)

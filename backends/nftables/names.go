@@ -212,10 +212,6 @@ func (c bucketClass) compare(o bucketClass) int {
 	return cmp.Compare(c.w, o.w)
 }
 
-// DefaultMasqueradeBit is the bit of the packet mark that asks for
-// masquerading, upstream's default: 0x4000.
-const DefaultMasqueradeBit = 14
-
 // Per-service-port and per-endpoint object name prefixes. The rest of the
 // name is "<hash>-<namespace>/<name>/<protocol>/<port name>" for a service
 // port, with "__<ip>/<port>" appended for an endpoint.

@@ -38,7 +38,7 @@ func TestGolden(t *testing.T) {
 			}
 			got := f.Dump()
 			golden(t, tt.file, got)
-			if plan := Plan(tt.state.Family, DefaultTable, DefaultMasqueradeBit, tt.state).Dump(); plan != got {
+			if plan := Plan(tt.state.Family, DefaultTable, backends.DefaultMasqueradeBit, tt.state).Dump(); plan != got {
 				t.Errorf("the plan's dump differs from the fake's:\n%s", lineDiff(plan, got))
 			}
 		})
@@ -49,13 +49,13 @@ func TestGolden(t *testing.T) {
 // planned fresh or through a planner that reuses fragments.
 func TestPlanDeterministic(t *testing.T) {
 	for _, s := range []*backends.State{goldenState4(), goldenState6()} {
-		a := Plan(s.Family, DefaultTable, DefaultMasqueradeBit, s).Dump()
+		a := Plan(s.Family, DefaultTable, backends.DefaultMasqueradeBit, s).Dump()
 		for range 3 {
-			if b := Plan(s.Family, DefaultTable, DefaultMasqueradeBit, s).Dump(); a != b {
+			if b := Plan(s.Family, DefaultTable, backends.DefaultMasqueradeBit, s).Dump(); a != b {
 				t.Fatalf("two plans of one state differ:\n%s", lineDiff(a, b))
 			}
 		}
-		p := newPlanner(config{family: s.Family, table: DefaultTable, mark: 1 << DefaultMasqueradeBit})
+		p := newPlanner(config{family: s.Family, table: DefaultTable, mark: 1 << backends.DefaultMasqueradeBit})
 		p.plan(&backends.State{Family: s.Family})
 		p.plan(s)
 		if b := p.plan(s).Dump(); a != b {
@@ -68,7 +68,7 @@ func TestPlanDeterministic(t *testing.T) {
 // a changed one gets a new one, and a state-wide change renews them all.
 func TestPlanReusesFragments(t *testing.T) {
 	s := goldenState4()
-	p := newPlanner(config{family: s.Family, table: DefaultTable, mark: 1 << DefaultMasqueradeBit})
+	p := newPlanner(config{family: s.Family, table: DefaultTable, mark: 1 << backends.DefaultMasqueradeBit})
 	a := p.plan(s)
 	s2 := goldenState4()
 	s2.Services[0].Cluster = append(s2.Services[0].Cluster, ep("10.244.3.1", 1))
@@ -169,7 +169,7 @@ func TestFirewallNodeException(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &backends.State{Family: backends.IPv4, NodeIPs: tt.nodeIPs, NodePortAddresses: tt.nodePorts, Services: []backends.Service{lb}}
-			if got := Plan(backends.IPv4, DefaultTable, DefaultMasqueradeBit, s).Dump(); !strings.Contains(got, "\t\t"+tt.want+"\n") {
+			if got := Plan(backends.IPv4, DefaultTable, backends.DefaultMasqueradeBit, s).Dump(); !strings.Contains(got, "\t\t"+tt.want+"\n") {
 				t.Errorf("no %q in\n%s", tt.want, got)
 			}
 		})

@@ -61,7 +61,7 @@ func TestTransitionsPlanIndex(t *testing.T) {
 			if _, err := b.Sync(context.Background(), states[i]); err != nil {
 				t.Fatalf("seed %d step %d state %d: %v", seed, step, i, err)
 			}
-			if got, plan := b.programmed.Dump(), Plan(backends.IPv4, DefaultTable, DefaultMasqueradeBit, states[i]).Dump(); got != plan {
+			if got, plan := b.programmed.Dump(), Plan(backends.IPv4, DefaultTable, backends.DefaultMasqueradeBit, states[i]).Dump(); got != plan {
 				t.Fatalf("seed %d step %d: state %d: incremental plan differs from a fresh one:\n%s", seed, step, i, lineDiff(plan, got))
 			}
 		}
@@ -74,7 +74,7 @@ func TestTransitionsPlanIndex(t *testing.T) {
 // the whole chain graph at commit).
 func TestDiffTouchesOnlyTheChange(t *testing.T) {
 	s := goldenState4()
-	p := newPlanner(config{family: s.Family, table: DefaultTable, mark: 1 << DefaultMasqueradeBit})
+	p := newPlanner(config{family: s.Family, table: DefaultTable, mark: 1 << backends.DefaultMasqueradeBit})
 	old := p.plan(s)
 	s2 := goldenState4()
 	for i := range s2.Services {
@@ -184,7 +184,7 @@ func TestRestartReconciles(t *testing.T) {
 
 	next := newFakeBackend(t, f, backends.IPv4)
 	inv, _ := f.load(ctx, backends.IPv4, DefaultTable)
-	tx := rebuild(inv, Plan(backends.IPv4, DefaultTable, DefaultMasqueradeBit, states[1]))
+	tx := rebuild(inv, Plan(backends.IPv4, DefaultTable, backends.DefaultMasqueradeBit, states[1]))
 	if strings.Contains(tx.String(), "delete table") || strings.Contains(tx.String(), "delete set ip wasp "+sticky) {
 		t.Errorf("rebuild deletes the table or a kept affinity set:\n%s", tx)
 	}
@@ -440,7 +440,7 @@ func TestTransactionString(t *testing.T) {
 			v.AffinityTimeout = 5
 			v.Cluster = []backends.Endpoint{ep("10.244.1.10", 1)}
 		})}}
-	tx := Diff(nil, Plan(backends.IPv4, DefaultTable, DefaultMasqueradeBit, s))
+	tx := Diff(nil, Plan(backends.IPv4, DefaultTable, backends.DefaultMasqueradeBit, s))
 	got := tx.String()
 	for _, want := range []string{
 		"add table ip wasp\n",
@@ -466,7 +466,7 @@ func TestTransactionString(t *testing.T) {
 // through elements alone: no chain or rule operation.
 func TestDiffEndpointCountOnlyElements(t *testing.T) {
 	s := goldenState4()
-	p := newPlanner(config{family: s.Family, table: DefaultTable, mark: 1 << DefaultMasqueradeBit})
+	p := newPlanner(config{family: s.Family, table: DefaultTable, mark: 1 << backends.DefaultMasqueradeBit})
 	prev := p.plan(s)
 	for _, eps := range [][]backends.Endpoint{
 		{ep("10.244.1.10", 1)},
@@ -596,7 +596,7 @@ func TestDiffCommitsMakeBeforeBreak(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := newPlanner(config{family: base.Family, table: DefaultTable, mark: 1 << DefaultMasqueradeBit})
+			p := newPlanner(config{family: base.Family, table: DefaultTable, mark: 1 << backends.DefaultMasqueradeBit})
 			old := p.plan(base)
 			tx := Diff(old, p.plan(tt.to))
 			var got [][]string

@@ -136,7 +136,7 @@ func (f *runFlags) add(cmd *cobra.Command) {
 	fs.StringVar(&f.clusterCIDR, "cluster-cidr", "", "the pod ranges, comma-separated, for local-traffic detection (traffic from outside them to a ClusterIP is masqueraded)")
 	fs.StringSliceVar(&f.nodePortAddresses, "nodeport-addresses", []string{v1alpha1.NodePortAddressesPrimary}, `where NodePorts answer: "primary" (the Node object's primary IP of each family) or CIDRs, comma-separated (0.0.0.0/0 and ::/0: every local address)`)
 	fs.BoolVar(&f.masqueradeAll, "masquerade-all", false, "masquerade all traffic sent to ClusterIPs")
-	fs.Int32Var(&f.iptablesMasqueradeBit, "iptables-masquerade-bit", v1alpha1.DefaultMasqueradeBit, "iptables mode: the bit of the packet mark that asks for masquerading, 1 to 31")
+	fs.Int32Var(&f.iptablesMasqueradeBit, "iptables-masquerade-bit", backends.DefaultMasqueradeBit, "iptables mode: the bit of the packet mark that asks for masquerading, 1 to 31")
 	fs.BoolVar(&f.iptablesLocalhostNodePorts, "iptables-localhost-nodeports", false, "iptables mode: IPv4 NodePorts answer on 127.0.0.0/8 too (sets route_localnet), when --nodeport-addresses allow it (default false, KEP-784's; kube-proxy's flag defaults to true)")
 	fs.DurationVar(&f.syncPeriod, "sync-period", v1alpha1.DefaultSyncPeriod, "how long after a failed sync it is retried, and how often the dataplane is checked for objects changed behind wasp's back; /healthz fails after twice this without a sync")
 	fs.DurationVar(&f.minSyncPeriod, "min-sync-period", v1alpha1.DefaultMinSyncPeriod, "the least time between two syncs after a burst of 2 (0: sync on every change)")

@@ -37,7 +37,7 @@ import (
 type Opts struct {
 	Family             backends.Family // required
 	NetNS              string          // optional
-	MasqueradeBit      int             // optional: 0 is the mode's default, 14
+	MasqueradeBit      int             // optional: 0 is backends.DefaultMasqueradeBit
 	LocalhostNodePorts bool            // optional
 	TCPBeLiberal       bool            // optional
 	FullSyncPeriod     time.Duration   // optional

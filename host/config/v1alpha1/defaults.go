@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/wasp-proxy/wasp/backends"
 )
 
 // Defaults, kube-proxy's where it has the field.
@@ -29,7 +31,6 @@ const (
 	DefaultQPS         = 5
 	DefaultBurst       = 10
 
-	DefaultMasqueradeBit         = 14
 	DefaultOOMScoreAdj           = -999
 	DefaultConntrackMaxPerCore   = 32 * 1024
 	DefaultConntrackMin          = 128 * 1024
@@ -94,10 +95,10 @@ func SetDefaults(c *WaspConfiguration) {
 	setDurationPtr(&lc.Conntrack.TCPEstablishedTimeout, DefaultTCPEstablishedTimeout)
 	setDurationPtr(&lc.Conntrack.TCPCloseWaitTimeout, DefaultTCPCloseWaitTimeout)
 
-	setInt32(&c.NFTables.MasqueradeBit, DefaultMasqueradeBit)
-	setInt32(&c.IPTables.MasqueradeBit, DefaultMasqueradeBit)
+	setInt32(&c.NFTables.MasqueradeBit, backends.DefaultMasqueradeBit)
+	setInt32(&c.IPTables.MasqueradeBit, backends.DefaultMasqueradeBit)
 	setBool(&c.IPTables.LocalhostNodePorts, false)
-	setInt32(&c.IPVS.MasqueradeBit, DefaultMasqueradeBit)
+	setInt32(&c.IPVS.MasqueradeBit, backends.DefaultMasqueradeBit)
 
 	for i := range c.Modules {
 		m := &c.Modules[i]

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/wasp-proxy/wasp/backends"
 )
 
 // The ports of kube-proxy's servers.
@@ -49,10 +51,10 @@ func SetDefaults(c *Configuration) {
 		c.Conntrack.Min = ptr[int32](128 * 1024)
 	}
 	if c.IPTables.MasqueradeBit == nil {
-		c.IPTables.MasqueradeBit = ptr[int32](14)
+		c.IPTables.MasqueradeBit = ptr[int32](backends.DefaultMasqueradeBit)
 	}
 	if c.NFTables.MasqueradeBit == nil {
-		c.NFTables.MasqueradeBit = ptr[int32](14)
+		c.NFTables.MasqueradeBit = ptr[int32](backends.DefaultMasqueradeBit)
 	}
 	if c.Conntrack.TCPEstablishedTimeout == nil {
 		c.Conntrack.TCPEstablishedTimeout = &metav1.Duration{Duration: 24 * time.Hour}
