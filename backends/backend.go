@@ -38,11 +38,16 @@ type Backend interface {
 	// ensure; the caller retries with a full resync. s and everything
 	// it points to may be shared with the caller and with earlier
 	// States: a backend may keep it (to diff the next one against) but
-	// must never modify it.
+	// must never modify it. After Close, Sync returns an error wrapping
+	// ErrClosed and changes nothing.
 	Sync(ctx context.Context, s *State) (SyncResult, error)
-	// Cleanup removes everything the backend ever programmed.
+	// Cleanup removes everything the backend ever programmed. It is
+	// idempotent: a second Cleanup, or one before any Sync, finds
+	// nothing to remove and returns nil. After Close it returns an error
+	// wrapping ErrClosed and changes nothing: a new backend cleans up.
 	Cleanup(ctx context.Context) error
 	// Close releases the backend's resources, leaving the dataplane as is.
+	// A second Close returns nil.
 	Close() error
 }
 

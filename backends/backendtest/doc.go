@@ -49,9 +49,9 @@
 //
 // # Suites
 //
-// RunTransitions, RunIdempotence and RunTraffic take a Harness, which says
-// how to make the backend under test, how to see what it programmed, and
-// which scenarios it does not support (and why). Each scenario is a
-// subtest, so a failure names it and -run selects it. See backends/README.md
-// ("Testing a backend").
+// RunTransitions, RunIdempotence, RunLifecycle and RunTraffic take a
+// Harness, which says how to make the backend under test, how to see what
+// it programmed, and which scenarios it does not support (and why). Each
+// scenario is a subtest, so a failure names it and -run selects it. See
+// backends/README.md ("Testing a backend").
 package backendtest

@@ -33,20 +33,21 @@ type Harness struct {
 	// Optional: the suites then require that only a backend's first Sync
 	// does (a restarted backend's first included).
 	FullSyncs func(b backends.Backend) int
-	// Kernel makes RunTransitions and RunIdempotence program a
-	// throwaway network namespace (root only; they skip otherwise) rather
-	// than an in-memory dataplane.
+	// Kernel makes RunTransitions, RunIdempotence and RunLifecycle
+	// program a throwaway network namespace (root only; they skip
+	// otherwise) rather than an in-memory dataplane.
 	Kernel bool
 	// Probe reports why the backend cannot program the network
 	// namespace at netns, for the kernel suites to skip with that reason.
 	// Optional.
 	Probe func(netns string) error
-	// Families are the IP families RunTransitions and RunIdempotence
-	// cover. Optional; default IPv4 and IPv6.
+	// Families are the IP families RunTransitions, RunIdempotence and
+	// RunLifecycle cover. Optional; default IPv4 and IPv6.
 	Families []backends.Family
 	// Unsupported maps a scenario to why the backend does not support
 	// it; the scenario is skipped with that reason. A scenario is named
-	// by its suite ("Traffic", "Transitions", "Idempotence") and its
+	// by its suite ("Traffic", "Transitions", "Idempotence",
+	// "Lifecycle") and its
 	// subtest path, as t.Run was given it, with spaces:
 	// "Traffic/External" or "Traffic/External/eTP Local: pods
 	// short-circuit". A name that is no scenario fails the suite.
@@ -95,7 +96,7 @@ type suite struct {
 }
 
 // suiteNames are the suites, the first element of a scenario's name.
-var suiteNames = []string{"Traffic", "Transitions", "Idempotence"}
+var suiteNames = []string{"Traffic", "Transitions", "Idempotence", "Lifecycle"}
 
 func newSuite(t *testing.T, h *Harness, name string) *suite {
 	s := &suite{h: h, name: name, seen: map[string]bool{}, ran: map[string]bool{}}

@@ -29,3 +29,7 @@ func TestSuiteTransitions(t *testing.T) { backendtest.RunTransitions(t, harness(
 // TestSuiteIdempotence: a second Sync of a state changes nothing, and no
 // Sync modifies its state.
 func TestSuiteIdempotence(t *testing.T) { backendtest.RunIdempotence(t, harness()) }
+
+// TestSuiteLifecycle: Close twice, Sync and Cleanup after Close, Cleanup
+// twice.
+func TestSuiteLifecycle(t *testing.T) { backendtest.RunLifecycle(t, harness()) }

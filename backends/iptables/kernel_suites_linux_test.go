@@ -60,6 +60,14 @@ func TestKernelIdempotence(t *testing.T) {
 	}
 }
 
+// TestKernelLifecycle runs backendtest's lifecycle suite with each
+// variant: Close twice, Sync and Cleanup after Close, Cleanup twice.
+func TestKernelLifecycle(t *testing.T) {
+	for _, v := range variants {
+		t.Run(string(v), func(t *testing.T) { backendtest.RunLifecycle(t, kernelHarness(v)) })
+	}
+}
+
 // TestKernelChurn runs backendtest's churn suite with each variant: no
 // new connection is lost while partial restores change other service
 // ports or the probed one's endpoints and weights.

@@ -49,6 +49,10 @@ func TestTransitions(t *testing.T) { backendtest.RunTransitions(t, harness("")) 
 // second Sync of a State writes and deletes no service chain.
 func TestIdempotence(t *testing.T) { backendtest.RunIdempotence(t, harness("")) }
 
+// TestLifecycle runs backendtest's lifecycle suite on the Fake: Close
+// twice, Sync and Cleanup after Close, Cleanup twice.
+func TestLifecycle(t *testing.T) { backendtest.RunLifecycle(t, harness("")) }
+
 // declared returns the chains a restore input declares, by table.
 func declared(in string) map[string][]string {
 	out := map[string][]string{}

@@ -148,6 +148,10 @@ func TestKernelTransitions(t *testing.T) { backendtest.RunTransitions(t, kernelH
 // no operation.
 func TestKernelIdempotence(t *testing.T) { backendtest.RunIdempotence(t, kernelHarness()) }
 
+// TestKernelLifecycle runs backendtest's lifecycle suite on the kernel:
+// Close twice, Sync and Cleanup after Close, Cleanup twice.
+func TestKernelLifecycle(t *testing.T) { backendtest.RunLifecycle(t, kernelHarness()) }
+
 // kernelHarness is harness on the kernel of a throwaway namespace.
 func kernelHarness() backendtest.Harness {
 	h := harness()

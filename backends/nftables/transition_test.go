@@ -48,6 +48,10 @@ func TestTransitions(t *testing.T) { backendtest.RunTransitions(t, harness()) }
 // second Sync of a state sends no operation.
 func TestIdempotence(t *testing.T) { backendtest.RunIdempotence(t, harness()) }
 
+// TestLifecycle runs backendtest's lifecycle suite on the Fake: Close
+// twice, Sync and Cleanup after Close, Cleanup twice.
+func TestLifecycle(t *testing.T) { backendtest.RunLifecycle(t, harness()) }
+
 // TestTransitionsPlanIndex applies the transition states in random
 // orders: the planner's element index, updated from the previous plan's,
 // matches a fresh plan's.
