@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 
@@ -24,10 +23,6 @@ import (
 // reconciler keeps no state, so the next Sync, whatever triggers it,
 // retries the cleanup in full.
 var ErrCleanup = fmt.Errorf("conntrack cleanup failed (%w)", backends.ErrHousekeeping)
-
-// errNotSupported is returned by New on platforms without netlink
-// conntrack.
-var errNotSupported = fmt.Errorf("conntrack cleanup: %w on %s", backends.ErrNotSupported, runtime.GOOS)
 
 // Opts configure a Backend.
 type Opts struct {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -23,10 +22,6 @@ var ErrInvalidState = backends.ErrInvalidState
 
 // errClosed is returned by Sync, Cleanup and CheckDrift after Close.
 var errClosed = fmt.Errorf("iptables: %w", backends.ErrClosed)
-
-// errNotSupported is returned by New where iptables cannot be programmed
-// (not Linux).
-var errNotSupported = fmt.Errorf("iptables: %w on %s", backends.ErrNotSupported, runtime.GOOS)
 
 // ErrRestore is wrapped by the error of a Sync whose iptables-restore
 // failed; the error names the failing line. The tables keep their

@@ -2,7 +2,17 @@
 
 package iptables
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"runtime"
+
+	"github.com/wasp-proxy/wasp/backends"
+)
+
+// errNotSupported is returned by New and Probe where iptables cannot be
+// programmed (not Linux).
+var errNotSupported = fmt.Errorf("iptables: %w on %s", backends.ErrNotSupported, runtime.GOOS)
 
 // New returns an error wrapping backends.ErrNotSupported: iptables is
 // Linux's.
