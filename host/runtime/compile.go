@@ -54,7 +54,7 @@ type CompileLimits struct {
 	// segment entries (instanceBytes), which a module of a few megabytes
 	// can make hundreds of megabytes per instance. The estimate is also
 	// reserved in the module's memory pool with each instance. Default
-	// 32 MiB; wasp's Go modules need under 1 MiB.
+	// 32 MiB; wasp's Go modules need about 1 MiB.
 	InstanceBytes uint64
 	// ChildMemory caps the resident memory of a compile child process
 	// (Config.IsolateCompile), which is killed past it. Default 512 MiB:
