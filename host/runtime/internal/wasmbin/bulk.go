@@ -105,12 +105,13 @@ func (ins *instrumenter) helpers() [][]byte {
 // appendBulk appends the code of the memory.fill helper (isCopy false)
 // or the memory.copy helper.
 func (ins *instrumenter) appendBulk(b []byte, isCopy bool) []byte {
+	instr := []byte{opPrefixMisc, subMemoryFill, 0x00} // of memory 0
+	if isCopy {
+		instr = []byte{opPrefixMisc, subMemoryCopy, 0x00, 0x00}
+	}
 	op := func(b []byte) []byte { // the instruction, on the locals as they are
 		b = append(b, opLocalGet, argDst, opLocalGet, argSrc, opLocalGet, argN)
-		if isCopy {
-			return append(b, opPrefixMisc, subMemoryCopy, 0x00, 0x00)
-		}
-		return append(b, opPrefixMisc, subMemoryFill, 0x00)
+		return append(b, instr...)
 	}
 	// if n <= small: the instruction, which the caller's check counts
 	b = append(b, opLocalGet, argN)
@@ -142,11 +143,7 @@ func (ins *instrumenter) appendBulk(b []byte, isCopy bool) []byte {
 			b = ins.appendCheck(b, BulkChunk>>bulkShift)
 			b = append(b, opLocalGet, argDst, opLocalGet, argSrc)
 			b = append(b, chunk...)
-			if isCopy {
-				b = append(b, opPrefixMisc, subMemoryCopy, 0x00, 0x00)
-			} else {
-				b = append(b, opPrefixMisc, subMemoryFill, 0x00)
-			}
+			b = append(b, instr...)
 			b = appendAdvance(b, argDst, chunk)
 			if isCopy {
 				b = appendAdvance(b, argSrc, chunk)
@@ -173,7 +170,7 @@ func (ins *instrumenter) appendBulk(b []byte, isCopy bool) []byte {
 			b = append(b, opLocalGet, argDst, opLocalGet, argN, opI32Add)
 			b = append(b, opLocalGet, argSrc, opLocalGet, argN, opI32Add)
 			b = append(b, chunk...)
-			b = append(b, opPrefixMisc, subMemoryCopy, 0x00, 0x00)
+			b = append(b, instr...)
 			b = append(b, opLocalGet, argN)
 			b = append(b, chunk...)
 			b = append(b, opI32GtU, opBrIf, 0x00, opEnd)
