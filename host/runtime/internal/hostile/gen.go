@@ -872,18 +872,6 @@ func appendI32(b []byte, v int64) []byte {
 	return appendSigned(append(b, 0x41), int64(int32(v)))
 }
 
-// appendSigned appends v as signed LEB128.
-func appendSigned(b []byte, v int64) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
-}
-
 // Seed is an input of Generate chosen to exercise one kind of piece or
 // output.
 type Seed struct {

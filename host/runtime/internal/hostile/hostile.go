@@ -188,6 +188,18 @@ func cat(parts ...[]byte) []byte {
 	return b
 }
 
+// appendSigned appends v as signed LEB128.
+func appendSigned(b []byte, v int64) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
+
 // u encodes v as unsigned LEB128.
 func u(v int) []byte { return binary.AppendUvarint(nil, uint64(v)) }
 

@@ -61,7 +61,7 @@ func (g WASIGuest) Call(fn int, args ...int64) []byte {
 			code = append(code, 0x41) // i32.const
 			a = int64(int32(uint32(a)))
 		}
-		code = append(code, sleb(a)...)
+		code = appendSigned(code, a)
 	}
 	code = append(code, 0x10) // call
 	return append(code, u(fn)...)
@@ -128,16 +128,3 @@ func (g WASIGuest) Module() []byte {
 	)
 }
 
-// sleb encodes v as signed LEB128. (wasmbin has the same encoder, not
-// exported: this package only writes modules, and depends on nothing.)
-func sleb(v int64) []byte {
-	var b []byte
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v == 0 && c&0x40 == 0 || v == -1 && c&0x40 != 0 {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
-}
