@@ -127,4 +127,3 @@ func (g WASIGuest) Module() []byte {
 		section(0, str("wasp.metadata"), []byte(meta)),
 	)
 }
-
