@@ -295,22 +295,7 @@ func TestHostileGoGuest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	var gcs sync.WaitGroup
-	gcs.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				goruntime.GC()
-			}
-		}
-	})
-	defer func() {
-		close(stop)
-		gcs.Wait()
-	}()
+	collectUntilDone(t)
 	for _, behaviour := range []string{"clear", "copy"} {
 		t.Run(behaviour, func(t *testing.T) {
 			done := make(chan error, 1)

@@ -161,6 +161,26 @@ func TestContainment(t *testing.T) {
 	}
 }
 
+// collectUntilDone runs garbage collections back to back until t ends.
+func collectUntilDone(t *testing.T) {
+	stop := make(chan struct{})
+	var gcs sync.WaitGroup
+	gcs.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				goruntime.GC()
+			}
+		}
+	})
+	t.Cleanup(func() {
+		close(stop)
+		gcs.Wait()
+	})
+}
+
 // TestSpinUnderGC: a guest spinning in machine code cannot be preempted, so
 // a garbage collection waits for it to come back into Go before it can stop
 // the world, and meanwhile the timer that ends the call cannot run. The
@@ -172,23 +192,7 @@ func TestSpinUnderGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	gcDone := make(chan struct{})
-	go func() {
-		defer close(gcDone)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				goruntime.GC()
-			}
-		}
-	}()
-	defer func() {
-		close(stop)
-		<-gcDone
-	}()
+	collectUntilDone(t)
 	for _, stage := range abi.Stages {
 		done := make(chan error, 1)
 		go func() {
