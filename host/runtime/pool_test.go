@@ -43,23 +43,11 @@ func TestPoolMinimumAboveShare(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			m, err := r.Load(context.Background(), "min", hostile.Guest{Pages: tc.pages}.Module(), tc.limits)
+			refused := ""
 			if tc.refused {
-				if !errors.Is(err, runtime.ErrInvalidModule) || !strings.Contains(err.Error(), "min") {
-					t.Fatalf("Load: %v, want ErrInvalidModule naming the minimum", err)
-				}
-				return
+				refused = "min"
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			// Every instance of the pool at once.
-			callAll(t, m, m.Instances(), func(err error) {
-				if runtime.ReasonOf(err) != runtime.ReasonNoOutput {
-					t.Errorf("call: %v, want reason %s (the guest returns nothing)", err, runtime.ReasonNoOutput)
-				}
-			})
+			loadOrRefused(t, r, hostile.Guest{Pages: tc.pages}.Module(), tc.limits, refused)
 		})
 	}
 }
@@ -146,6 +134,30 @@ func TestPoolConcurrentGrowth(t *testing.T) {
 	}
 }
 
+// loadOrRefused loads a guest that returns no output under limits. With
+// refused set, Load must fail with ErrInvalidModule naming it; otherwise
+// every instance of the pool at once must run the guest (reason
+// ReasonNoOutput).
+func loadOrRefused(t *testing.T, r *runtime.Runtime, wasm []byte, limits runtime.Limits, refused string) {
+	t.Helper()
+	m, err := r.Load(context.Background(), "guest", wasm, limits)
+	if refused != "" {
+		if !errors.Is(err, runtime.ErrInvalidModule) || !strings.Contains(fmt.Sprint(err), refused) {
+			t.Fatalf("Load: %v, want ErrInvalidModule naming %q", err, refused)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	callAll(t, m, m.Instances(), func(err error) {
+		if runtime.ReasonOf(err) != runtime.ReasonNoOutput {
+			t.Errorf("call: %v, want reason %s (the guest returns nothing)", err, runtime.ReasonNoOutput)
+		}
+	})
+}
+
 // callAll calls m's topology stage n times at once and hands each error
 // to check.
 func callAll(t *testing.T, m *runtime.Module, n int, check func(error)) {
@@ -188,23 +200,6 @@ func TestPoolInstanceHostMemory(t *testing.T) {
 		{"globals within the pool", hostile.Guest{Globals: 200_000}, runtime.Limits{Instances: 2, MemoryBytes: 32 << 20, PoolMemoryBytes: 64 << 20}, ""},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			m, err := r.Load(context.Background(), "counts", tc.guest.Module(), tc.limits)
-			if tc.refused != "" {
-				if !errors.Is(err, runtime.ErrInvalidModule) || !strings.Contains(fmt.Sprint(err), tc.refused) {
-					t.Fatalf("Load: %v, want ErrInvalidModule naming %q", err, tc.refused)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			callAll(t, m, m.Instances(), func(err error) {
-				if runtime.ReasonOf(err) != runtime.ReasonNoOutput {
-					t.Errorf("call: %v, want reason %s (the guest returns nothing)", err, runtime.ReasonNoOutput)
-				}
-			})
-		})
+		t.Run(tc.name, func(t *testing.T) { loadOrRefused(t, r, tc.guest.Module(), tc.limits, tc.refused) })
 	}
 }
